@@ -1,0 +1,67 @@
+"""Errors with actionable messages.
+
+Every error says what happened, what was expected and how to fix it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from types import ModuleType
+
+
+class EnvkitError(Exception):
+    """Base class of every error envkit raises on purpose."""
+
+
+class SnapshotError(EnvkitError):
+    """A snapshot cannot be taken, restored or released."""
+
+
+class ReplayDivergenceError(SnapshotError):
+    """Replaying an action prefix did not reproduce the recorded observations."""
+
+
+class SnapshotContractError(EnvkitError, AssertionError):
+    """An environment broke one of the six rules of the snapshot contract."""
+
+
+class UnknownEnvError(EnvkitError, LookupError):
+    """An environment id is not registered."""
+
+
+class MissingExtraError(EnvkitError, ImportError):
+    """A domain's optional dependencies are not installed."""
+
+
+class InvalidActionError(EnvkitError, ValueError):
+    """An action is not of the form the environment accepts (not raised for in-game invalid moves)."""
+
+
+class ResetNeededError(EnvkitError, RuntimeError):
+    """An episode method was called before `reset()` or after the episode ended."""
+
+
+class DataNotFoundError(EnvkitError, FileNotFoundError):
+    """Data or weights a component needs are not on disk."""
+
+
+class WorkerCrashedError(EnvkitError, RuntimeError):
+    """A pool worker process died while serving a request."""
+
+
+def require(module: str, extra: str, *, what: str | None = None) -> ModuleType:
+    """Import an optional dependency or raise `MissingExtraError` naming the `pip install` that fixes it.
+
+    Args:
+        module: The importable module name, e.g. ``"alfworld"``.
+        extra: The envkit extra that provides it, e.g. ``"alfworld"``.
+        what: What needs it (used in the message), e.g. ``"envkit/ALFWorld-v0"``.
+    """
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        who = what or f"envkit's {extra!r} features"
+        raise MissingExtraError(
+            f"{who} needs the Python package {module!r}, which is not importable ({exc}). "
+            f"Install it with: pip install 'envkit[{extra}]'  (from a checkout: pip install -e '.[{extra}]')"
+        ) from exc

@@ -1,0 +1,323 @@
+"""Snapshot-capable environments: the protocol, a base class, and a replay wrapper for any env.
+
+The contract (checked by `envkit.checker.check_snapshot_env`):
+
+1. `snapshot()` changes nothing observable: not the next transition, not the RNG stream.
+2. `restore(s)` returns the `(obs, info)` held when `s` was taken; stepping the same actions afterwards gives
+   the same `(obs, reward, terminated, truncated)` as the first time.
+3. Stepping on never mutates `s`; one `s` restores any number of times; restoring into a fresh env instance of
+   the same id works (snapshots are picklable unless ``metadata["snapshot_picklable"]`` is False).
+4. Wrapper state (step counters, history) is part of the state.
+5. Capability is declared in ``metadata["snapshot"]`` (``"native"`` or ``"replay"``).
+6. Snapshots that hold resources are released by `discard(s)`.
+
+Example:
+    >>> import gymnasium, envkit
+    >>> env = gymnasium.make("envkit/Toy-v0")
+    >>> obs, info = env.reset(seed=0)
+    >>> s = env.snapshot()
+    >>> _ = env.step("right")
+    >>> obs2, info2 = env.restore(s)
+    >>> obs2 == obs
+    True
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import pickle
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol, SupportsFloat, runtime_checkable
+
+import gymnasium as gym
+import numpy as np
+
+from envkit.errors import InvalidActionError, ReplayDivergenceError, ResetNeededError, SnapshotError
+from envkit.spaces import FreeText
+
+SNAPSHOT_KINDS = ("native", "replay")
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """An opaque, immutable handle on an environment state.
+
+    Attributes:
+        env: Qualified class name of the env that made it (restore checks it).
+        kind: ``"native"`` or ``"replay"``.
+        payload: The env's own state object (treat as opaque; never mutated after creation).
+        replay: The (seed, options, actions, hashes) that reach the same state by replay (None when the episode
+            was reset without a seed). `SnapshotEnvBase` records it for every env.
+        id: Unique id (for `discard` bookkeeping).
+    """
+
+    env: str
+    kind: str
+    payload: Any = field(repr=False)
+    replay: ReplayState | None = field(default=None, repr=False)
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+
+@runtime_checkable
+class SnapshotEnv(Protocol):
+    """What SERO, `branch` and the checker need from an env (besides gymnasium's reset/step)."""
+
+    metadata: dict[str, Any]
+
+    def snapshot(self) -> Any: ...
+
+    def restore(self, snapshot: Any) -> tuple[Any, dict[str, Any]]: ...
+
+    def discard(self, snapshot: Any) -> None: ...
+
+
+def _qualname(obj: Any) -> str:
+    cls = obj if isinstance(obj, type) else type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def observation_hash(obs: Any, reward: SupportsFloat | None = None) -> str:
+    """A stable digest of an observation (and optionally the reward that came with it)."""
+    h = hashlib.sha256()
+    if isinstance(obs, str):
+        h.update(b"s" + obs.encode("utf-8", "surrogatepass"))
+    elif isinstance(obs, np.ndarray):
+        h.update(b"a" + str(obs.dtype).encode() + str(obs.shape).encode() + np.ascontiguousarray(obs).tobytes())
+    else:
+        h.update(b"p" + pickle.dumps(obs, protocol=4))
+    if reward is not None:
+        h.update(repr(float(reward)).encode())
+    return h.hexdigest()[:32]
+
+
+class SnapshotEnvBase(gym.Env[str, str]):
+    """Base class for envkit environments with free-text actions and observations.
+
+    Subclasses implement `_reset`, `_step`, `_snapshot` (return a picklable payload that later steps never
+    mutate) and `_restore` (return ``(obs, info)``); optionally `_discard`. The public methods validate their
+    input and the episode state, then delegate. Step limits and histories belong inside the env (not in
+    gymnasium wrappers) so that they are part of the snapshot (rule 4).
+    """
+
+    metadata: dict[str, Any] = {"render_modes": [], "snapshot": "native", "snapshot_picklable": True}
+
+    def __init__(
+        self, *, evaluation: bool = False, max_action_length: int = 1 << 16, max_observation_length: int = 1 << 22
+    ) -> None:
+        #: Evaluation envs refuse oracles (SERO's oracle is training-only; `oracles.base.run_oracle` asserts it).
+        self.evaluation = bool(evaluation)
+        self.action_space = FreeText(max_action_length)
+        self.observation_space = FreeText(max_observation_length)
+        self._episode_started = False
+        self._episode_over = False
+        self._discarded: set[str] = set()
+        self._replay: ReplayState | None = None
+
+    # ----- public API: validate, then delegate -----------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        if options is not None and not isinstance(options, Mapping):
+            raise TypeError(f"reset(options=...) must be a dict or None, got {type(options).__name__}")
+        super().reset(seed=seed)
+        opts = dict(options or {})
+        obs, info = self._reset(seed=seed, options=opts)
+        self._episode_started = True
+        self._episode_over = False
+        self._replay = None if seed is None else ReplayState(int(seed), opts, (), (observation_hash(obs),))
+        return obs, info
+
+    def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
+        if not self._episode_started:
+            raise ResetNeededError(f"{type(self).__name__}.step() called before reset(); call env.reset() first")
+        if self._episode_over:
+            raise ResetNeededError(
+                f"{type(self).__name__}.step() called after the episode ended; call env.reset() or env.restore(s)"
+            )
+        if not isinstance(action, str):
+            raise InvalidActionError(f"actions are text: expected str, got {type(action).__name__} ({action!r:.80})")
+        if not self.action_space.contains(action):
+            raise InvalidActionError(
+                f"action of {len(action)} characters exceeds the limit of {self.action_space.max_length}"  # type: ignore[attr-defined]
+            )
+        obs, reward, terminated, truncated, info = self._step(action)
+        self._episode_over = bool(terminated or truncated)
+        r = self._replay
+        if r is not None:
+            self._replay = ReplayState(r.seed, r.options, (*r.actions, action), (*r.hashes, observation_hash(obs, reward)))
+        return obs, reward, terminated, truncated, info
+
+    def snapshot(self) -> Snapshot:
+        """Capture the current state; see the module docstring for the contract."""
+        if not self._episode_started:
+            raise SnapshotError(f"{type(self).__name__}.snapshot() called before reset(); call env.reset() first")
+        payload = self._snapshot()
+        return Snapshot(
+            env=_qualname(self),
+            kind=str(self.metadata.get("snapshot", "native")),
+            payload=(payload, self._episode_over, copy.deepcopy(self.np_random.bit_generator.state)),
+            replay=self._replay,
+        )
+
+    def restore(self, snapshot: Snapshot) -> tuple[str, dict[str, Any]]:
+        """Return the env to the state of `snapshot`; returns the ``(obs, info)`` held when it was taken."""
+        self._check_snapshot(snapshot)
+        payload, over, rng_state = snapshot.payload
+        obs, info = self._restore(payload, snapshot)
+        self.np_random.bit_generator.state = copy.deepcopy(rng_state)
+        self._episode_started = True
+        self._episode_over = over
+        self._replay = snapshot.replay
+        return obs, info
+
+    def restore_by_replay(self, snapshot: Snapshot) -> tuple[str, dict[str, Any]]:
+        """Reach the state of `snapshot` by resetting and replaying its recorded actions (hash-verified).
+
+        Envs whose native payload is valid only in the instance that made it call this from `_restore` when
+        the payload comes from elsewhere. Raises `SnapshotError` when the episode was reset without a seed.
+        """
+        if snapshot.replay is None:
+            raise SnapshotError(
+                "this snapshot cannot be restored here: its native state is valid only in the env instance that "
+                "took it, and its episode was reset without a seed, so it cannot be replayed; reset with a seed"
+            )
+        obs, info = replay(self, snapshot.replay)
+        return obs, info
+
+    def discard(self, snapshot: Snapshot) -> None:
+        """Release what `snapshot` holds; restoring it afterwards raises `SnapshotError`."""
+        self._check_snapshot(snapshot)
+        self._discard(snapshot.payload[0])
+        self._discarded.add(snapshot.id)
+
+    def _check_snapshot(self, snapshot: Any) -> None:
+        if not isinstance(snapshot, Snapshot):
+            raise SnapshotError(
+                f"{type(self).__name__} expected a Snapshot from env.snapshot(), got {type(snapshot).__name__}"
+            )
+        if snapshot.env != _qualname(self):
+            raise SnapshotError(
+                f"this snapshot was taken from {snapshot.env}, not {_qualname(self)}: restore it into an env of "
+                "the same id"
+            )
+        if snapshot.id in self._discarded:
+            raise SnapshotError("this snapshot was discarded with env.discard(s) and can no longer be restored")
+
+    # ----- to implement ----------------------------------------------------------------------------------
+    def _reset(self, *, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        raise NotImplementedError
+
+    def _step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
+        raise NotImplementedError
+
+    def _snapshot(self) -> Any:
+        raise SnapshotError(
+            f"{type(self).__name__} has no native snapshots; wrap it with envkit.ReplaySnapshot(env) instead"
+        )
+
+    def _restore(self, payload: Any, snapshot: Snapshot) -> tuple[str, dict[str, Any]]:
+        raise SnapshotError(
+            f"{type(self).__name__} has no native snapshots; wrap it with envkit.ReplaySnapshot(env) instead"
+        )
+
+    def _discard(self, payload: Any) -> None:
+        """Release resources held by a payload (default: nothing to release)."""
+
+
+
+@dataclass(frozen=True)
+class ReplayState:
+    """How to reach a state by replay: reset with (seed, options), then the actions.
+
+    `hashes[i]` is the hash of the observation (and reward) after `i` actions (``hashes[0]`` after reset).
+    """
+
+    seed: int
+    options: Mapping[str, Any]
+    actions: tuple[str, ...]
+    hashes: tuple[str, ...]
+
+
+def replay(env: gym.Env[Any, Any], state: ReplayState) -> tuple[Any, dict[str, Any]]:
+    """Reset `env` and replay `state.actions`, verifying every observation hash.
+
+    Raises:
+        ReplayDivergenceError: an observation differs from the recorded one (the env is not deterministic
+            under its seed, or the data changed); the message names the step.
+    """
+    obs, info = env.reset(seed=state.seed, options=dict(state.options))
+    got = observation_hash(obs)
+    if got != state.hashes[0]:
+        raise ReplayDivergenceError(
+            "replay diverged at reset: the observation after reset(seed=%d) differs from the recorded one; the "
+            "env is not deterministic under its seed (or its data changed)" % state.seed
+        )
+    for i, action in enumerate(state.actions, start=1):
+        obs, reward, _term, _trunc, info = env.step(action)
+        got = observation_hash(obs, reward)
+        if got != state.hashes[i]:
+            raise ReplayDivergenceError(
+                f"replay diverged at step {i} of {len(state.actions)} (action {action!r}): the observation or "
+                "reward differs from the recorded one; the env is not deterministic under its seed"
+            )
+    return obs, info
+
+
+class ReplaySnapshot(gym.Wrapper[Any, Any, Any, Any]):
+    """Give any deterministic env snapshots by verified replay.
+
+    A snapshot is ``(seed, options, action prefix, observation hashes)``. `restore` resets the inner env with the
+    same seed and options, replays the prefix and checks every observation hash, raising
+    `ReplayDivergenceError` on the first mismatch. Resetting without a seed draws one from the wrapper's own
+    generator so that every episode can be replayed.
+    """
+
+    metadata: dict[str, Any] = {"render_modes": [], "snapshot": "replay", "snapshot_picklable": True}
+
+    def __init__(self, env: gym.Env[Any, Any]):
+        super().__init__(env)
+        self.metadata = {**getattr(env, "metadata", {}), "snapshot": "replay", "snapshot_picklable": True}
+        self._seed_rng = np.random.default_rng()
+        self._state: ReplayState | None = None
+        self._last: tuple[Any, dict[str, Any]] | None = None
+        self._discarded: set[int] = set()
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        if seed is None:
+            seed = int(self._seed_rng.integers(0, 2**31 - 1))
+        else:
+            self._seed_rng = np.random.default_rng(seed)
+        obs, info = self.env.reset(seed=seed, options=options)
+        self._state = ReplayState(int(seed), dict(options or {}), (), (observation_hash(obs),))
+        self._last = (obs, info)
+        return obs, info
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        if self._state is None:
+            raise ResetNeededError("ReplaySnapshot.step() called before reset(); call env.reset() first")
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        s = self._state
+        self._state = ReplayState(s.seed, s.options, (*s.actions, action), (*s.hashes, observation_hash(obs, reward)))
+        self._last = (obs, info)
+        return obs, reward, terminated, truncated, info
+
+    def snapshot(self) -> ReplayState:
+        if self._state is None:
+            raise SnapshotError("ReplaySnapshot.snapshot() called before reset(); call env.reset() first")
+        return self._state
+
+    def restore(self, snapshot: ReplayState) -> tuple[Any, dict[str, Any]]:
+        if not isinstance(snapshot, ReplayState):
+            raise SnapshotError(f"ReplaySnapshot expected a ReplayState from snapshot(), got {type(snapshot).__name__}")
+        if id(snapshot) in self._discarded:
+            raise SnapshotError("this snapshot was discarded with env.discard(s) and can no longer be restored")
+        obs, info = replay(self.env, snapshot)
+        self._state = snapshot
+        self._last = (obs, info)
+        return obs, info
+
+    def discard(self, snapshot: ReplayState) -> None:
+        if not isinstance(snapshot, ReplayState):
+            raise SnapshotError(f"ReplaySnapshot expected a ReplayState from snapshot(), got {type(snapshot).__name__}")
+        self._discarded.add(id(snapshot))

@@ -1,0 +1,41 @@
+"""Shared fixtures: real data locations (skip with the reason when absent) and a one-thread torch default."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("ENVKIT_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+def _data_dir(var: str, sub: str) -> Path | None:
+    if os.environ.get(var):
+        p = Path(os.environ[var])
+        return p if p.exists() else None
+    p = SHARED_DATA / sub
+    return p if p.exists() else None
+
+
+@pytest.fixture(scope="session")
+def alfworld_data() -> Path:
+    """The ALFWorld data dir ($ALFWORLD_DATA, else ../shared/data/alfworld); skips when absent."""
+    p = _data_dir("ALFWORLD_DATA", "alfworld")
+    if p is None:
+        pytest.skip("ALFWorld data not found: set ALFWORLD_DATA to a dir made by alfworld-download")
+    return p
+
+
+@pytest.fixture(scope="session")
+def webshop_data() -> Path:
+    """The WebShop data dir ($WEBSHOP_DATA, else ../shared/data/webshop); skips when absent."""
+    p = _data_dir("WEBSHOP_DATA", "webshop")
+    if p is None:
+        pytest.skip("WebShop data not found: set WEBSHOP_DATA to a dir with items_ins_v2_1000.json")
+    return p
