@@ -159,7 +159,9 @@ def check_snapshot_env(
         raise SnapshotContractError("rule 2: restore(s) returned an observation different from the one held at s")
     _, after, _, _ = play(0, None, {}, suffix)
     if after != ref:
-        raise SnapshotContractError("rule 2: after restore, the same actions gave different transitions; " + _first_diff(ref, after))
+        raise SnapshotContractError(
+            "rule 2: after restore, the same actions gave different transitions; " + _first_diff(ref, after)
+        )
     rules[2] = "restore(s) returned the held observation and reproduced the transitions"
 
     # Rule 3: s was not mutated; restoring twice works; a fresh instance restores it.
@@ -168,7 +170,9 @@ def check_snapshot_env(
     env.restore(snap)
     _, twice, _, _ = play(0, None, {}, suffix)
     if twice != ref:
-        raise SnapshotContractError("rule 3: a second restore of the same snapshot diverged; " + _first_diff(ref, twice))
+        raise SnapshotContractError(
+            "rule 3: a second restore of the same snapshot diverged; " + _first_diff(ref, twice)
+        )
     fresh = (make_fresh or _default_fresh(env))()
     try:
         s2 = pickle.loads(held) if held is not None else snap

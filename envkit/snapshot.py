@@ -145,7 +145,9 @@ class SnapshotEnvBase(gym.Env[str, str]):
         self._episode_over = bool(terminated or truncated)
         r = self._replay
         if r is not None:
-            self._replay = ReplayState(r.seed, r.options, (*r.actions, action), (*r.hashes, observation_hash(obs, reward)))
+            self._replay = ReplayState(
+                r.seed, r.options, (*r.actions, action), (*r.hashes, observation_hash(obs, reward))
+            )
         return obs, reward, terminated, truncated, info
 
     def snapshot(self) -> Snapshot:
@@ -223,7 +225,6 @@ class SnapshotEnvBase(gym.Env[str, str]):
 
     def _discard(self, payload: Any) -> None:
         """Release resources held by a payload (default: nothing to release)."""
-
 
 
 @dataclass(frozen=True)

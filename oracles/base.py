@@ -19,7 +19,7 @@ from envkit.core import Step, jsonable
 from envkit.errors import EnvkitError, UnknownEnvError
 
 
-class OracleGaveUp(EnvkitError):  # noqa: N818 - it is an outcome, not a bug
+class OracleGaveUp(EnvkitError):
     """Raised by `Oracle.act` when it cannot go on; the message says why (kept in the continuation)."""
 
 

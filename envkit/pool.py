@@ -1,0 +1,322 @@
+"""Parallel env execution: in-process, subprocess workers, and Ray actors.
+
+A pool holds `size` envs built from one picklable `EnvFactory`. `call_many` sends at most one request to each
+of several workers and waits for all answers, so env work overlaps across processes while the caller (for
+example an LLM policy batching its forward passes) stays in the main process. A worker that dies is restarted
+with a fresh env and its request comes back as a crashed `Result`; the other workers carry on.
+
+Example:
+    >>> from envkit.pool import EnvFactory, make_pool
+    >>> with make_pool(EnvFactory("envkit/Toy-v0"), size=2, backend="inprocess") as pool:
+    ...     results = pool.call_many([(0, "reset", (), {"seed": 1}), (1, "reset", (), {"seed": 2})])
+    >>> [r.ok for r in results]
+    [True, True]
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import traceback
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+import gymnasium as gym
+
+from envkit.core import jsonable
+from envkit.errors import EnvkitError, MissingExtraError
+
+Request = tuple[int, str, tuple[Any, ...], Mapping[str, Any]]
+"""(worker index, method, args, kwargs). Methods: reset, step, snapshot, restore, discard, snapshot_step, close."""
+
+
+@dataclass(frozen=True)
+class EnvFactory:
+    """A picklable recipe for an env: ``envkit.make(env_id, **kwargs)``."""
+
+    env_id: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+    def __call__(self) -> gym.Env[Any, Any]:
+        from envkit.registration import make
+
+        return make(self.env_id, **dict(self.kwargs))
+
+
+@dataclass(frozen=True)
+class Result:
+    """The answer to one request.
+
+    Attributes:
+        ok: The call returned.
+        value: Its return value (reset/step/restore have JSON-able infos).
+        error: What went wrong (traceback text) when not ok.
+        crashed: The worker process died; it has been restarted with a fresh env.
+    """
+
+    ok: bool
+    value: Any = None
+    error: str = ""
+    crashed: bool = False
+
+
+def dispatch(env: gym.Env[Any, Any], method: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+    """Run one request on an env (shared by every backend)."""
+    if method == "reset":
+        obs, info = env.reset(*args, **kwargs)
+        return obs, jsonable(info)
+    if method == "step":
+        obs, reward, term, trunc, info = env.step(*args, **kwargs)
+        return obs, float(reward), bool(term), bool(trunc), jsonable(info)
+    if method == "snapshot_step":
+        snap = env.snapshot()  # type: ignore[attr-defined]
+        obs, reward, term, trunc, info = env.step(*args, **kwargs)
+        return snap, (obs, float(reward), bool(term), bool(trunc), jsonable(info))
+    if method == "restore":
+        obs, info = env.restore(*args, **kwargs)  # type: ignore[attr-defined]
+        return obs, jsonable(info)
+    if method in ("snapshot", "discard"):
+        return getattr(env, method)(*args, **kwargs)
+    if method == "metadata":
+        return dict(getattr(env, "metadata", {}))
+    raise EnvkitError(f"unknown pool request {method!r}; use reset, step, snapshot_step, snapshot, restore, discard")
+
+
+class EnvPool(ABC):
+    """Common interface of the backends; use as a context manager or call `close()`."""
+
+    size: int
+
+    @abstractmethod
+    def call_many(self, requests: Sequence[Request]) -> list[Result]:
+        """Run requests (at most one per worker index) concurrently; answers in request order."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop the workers and close their envs."""
+
+    def call(self, index: int, method: str, *args: Any, **kwargs: Any) -> Result:
+        """One request to one worker."""
+        return self.call_many([(index, method, args, kwargs)])[0]
+
+    def __enter__(self) -> EnvPool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @staticmethod
+    def _check(requests: Sequence[Request], size: int) -> None:
+        seen: set[int] = set()
+        for idx, *_ in requests:
+            if not 0 <= idx < size:
+                raise IndexError(f"worker index {idx} out of range for a pool of {size}")
+            if idx in seen:
+                raise ValueError(f"two requests for worker {idx} in one call_many; send them in separate calls")
+            seen.add(idx)
+
+
+class InProcessPool(EnvPool):
+    """All envs in this process; requests run one after another (no overhead, no parallelism)."""
+
+    def __init__(self, factory: EnvFactory, size: int):
+        if size < 1:
+            raise ValueError(f"pool size must be >= 1, got {size}")
+        self.factory = factory
+        self.size = size
+        self.envs = [factory() for _ in range(size)]
+
+    def call_many(self, requests: Sequence[Request]) -> list[Result]:
+        self._check(requests, self.size)
+        out = []
+        for idx, method, args, kwargs in requests:
+            try:
+                out.append(Result(True, dispatch(self.envs[idx], method, args, kwargs)))
+            except Exception:  # an env error ends that episode, not the pool
+                out.append(Result(False, error=traceback.format_exc()))
+        return out
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+        self.envs = []
+
+
+def _worker_main(conn: Connection, factory: EnvFactory) -> None:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    try:
+        env = factory()
+    except Exception:
+        conn.send(("fatal", traceback.format_exc()))
+        return
+    conn.send(("ready", None))
+    while True:
+        try:
+            method, args, kwargs = conn.recv()
+        except (EOFError, KeyboardInterrupt):
+            break
+        if method == "close":
+            break
+        try:
+            conn.send(("ok", dispatch(env, method, args, kwargs)))
+        except Exception:
+            conn.send(("err", traceback.format_exc()))
+    env.close()
+
+
+class SubprocessPool(EnvPool):
+    """One env per worker process (multiprocessing, `spawn` by default); crashed workers are restarted."""
+
+    def __init__(self, factory: EnvFactory, size: int, *, start_method: str = "spawn", start_timeout: float = 120):
+        if size < 1:
+            raise ValueError(f"pool size must be >= 1, got {size}")
+        self.factory = factory
+        self.size = size
+        self.restarts = 0
+        self._ctx = mp.get_context(start_method)
+        self._start_timeout = start_timeout
+        self._workers: list[tuple[Any, Connection]] = [self._spawn() for _ in range(size)]
+        for i in range(size):
+            self._await_ready(i)
+
+    def _spawn(self) -> tuple[Any, Connection]:
+        parent, child = self._ctx.Pipe()
+        proc = self._ctx.Process(target=_worker_main, args=(child, self.factory), daemon=True)
+        proc.start()
+        child.close()
+        return proc, parent
+
+    def _await_ready(self, i: int) -> None:
+        proc, conn = self._workers[i]
+        if not conn.poll(self._start_timeout):
+            raise EnvkitError(f"pool worker {i} did not start within {self._start_timeout}s")
+        try:
+            status, payload = conn.recv()
+        except EOFError as exc:
+            raise EnvkitError(f"pool worker {i} died while building its env (exit code {proc.exitcode})") from exc
+        if status == "fatal":
+            if "MissingExtraError" in payload:
+                raise MissingExtraError(payload.strip().splitlines()[-1])
+            raise EnvkitError(f"pool worker {i} could not build its env:\n{payload}")
+
+    def _restart(self, i: int) -> None:
+        proc, conn = self._workers[i]
+        conn.close()
+        if proc.is_alive():
+            proc.kill()
+        proc.join(timeout=5)
+        self._workers[i] = self._spawn()
+        self._await_ready(i)
+        self.restarts += 1
+
+    def call_many(self, requests: Sequence[Request]) -> list[Result]:
+        self._check(requests, self.size)
+        sent: list[bool] = []
+        for idx, method, args, kwargs in requests:
+            try:
+                self._workers[idx][1].send((method, tuple(args), dict(kwargs)))
+                sent.append(True)
+            except (BrokenPipeError, OSError):
+                sent.append(False)
+        out: list[Result] = []
+        for (idx, method, _a, _k), was_sent in zip(requests, sent, strict=True):
+            proc, conn = self._workers[idx]
+            try:
+                if not was_sent:
+                    raise EOFError
+                status, payload = conn.recv()
+            except (EOFError, OSError, ConnectionResetError):
+                proc.join(timeout=5)
+                code = proc.exitcode
+                self._restart(idx)
+                out.append(Result(False, error=f"worker {idx} died during {method!r} (exit code {code})", crashed=True))
+                continue
+            out.append(Result(True, payload) if status == "ok" else Result(False, error=payload))
+        return out
+
+    def close(self) -> None:
+        for proc, conn in self._workers:
+            try:
+                conn.send(("close", (), {}))
+            except (BrokenPipeError, OSError):
+                pass
+        for proc, conn in self._workers:
+            proc.join(timeout=10)
+            if proc.is_alive():
+                proc.kill()
+            conn.close()
+        self._workers = []
+
+
+class RayPool(EnvPool):
+    """One env per Ray actor, for many machines (``pip install 'envkit[ray]'``); dead actors are recreated.
+
+    Connects to a running cluster when ``ray.init`` finds one (``RAY_ADDRESS``), else starts a local one.
+    """
+
+    def __init__(
+        self, factory: EnvFactory, size: int, *, num_cpus: float = 1.0, ray_init: Mapping[str, Any] | None = None
+    ):
+        from envkit.errors import require
+
+        ray = require("ray", "ray", what="the Ray env pool")
+        if size < 1:
+            raise ValueError(f"pool size must be >= 1, got {size}")
+        if not ray.is_initialized():
+            ray.init(**{"include_dashboard": False, "log_to_driver": False, **dict(ray_init or {})})
+        self._ray = ray
+        self.factory = factory
+        self.size = size
+        self.restarts = 0
+
+        @ray.remote(num_cpus=num_cpus, max_restarts=0)
+        class _EnvActor:
+            def __init__(self, factory: EnvFactory):
+                self.env = factory()
+
+            def call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+                return dispatch(self.env, method, args, kwargs)
+
+            def close(self) -> None:
+                self.env.close()
+
+        self._actor_cls = _EnvActor
+        self._actors = [_EnvActor.remote(factory) for _ in range(size)]  # type: ignore[attr-defined]
+
+    def call_many(self, requests: Sequence[Request]) -> list[Result]:
+        self._check(requests, self.size)
+        ray = self._ray
+        futures = [self._actors[idx].call.remote(m, tuple(a), dict(k)) for idx, m, a, k in requests]
+        out: list[Result] = []
+        for (idx, method, _a, _k), fut in zip(requests, futures, strict=True):
+            try:
+                out.append(Result(True, ray.get(fut)))
+            except ray.exceptions.RayActorError as exc:
+                self._actors[idx] = self._actor_cls.remote(self.factory)  # type: ignore[attr-defined]
+                self.restarts += 1
+                out.append(Result(False, error=f"actor {idx} died during {method!r}: {exc}", crashed=True))
+            except ray.exceptions.RayTaskError as exc:
+                out.append(Result(False, error=str(exc)))
+        return out
+
+    def close(self) -> None:
+        for actor in self._actors:
+            try:
+                self._ray.get(actor.close.remote(), timeout=30)
+            except Exception:  # best effort: the actor may be gone already
+                pass
+            self._ray.kill(actor)
+        self._actors = []
+
+
+BACKENDS: dict[str, type[EnvPool]] = {"inprocess": InProcessPool, "subprocess": SubprocessPool, "ray": RayPool}
+
+
+def make_pool(factory: EnvFactory, size: int = 1, backend: str = "subprocess", **kwargs: Any) -> EnvPool:
+    """Build a pool; `backend` is one of ``inprocess``, ``subprocess``, ``ray``."""
+    if backend not in BACKENDS:
+        raise ValueError(f"unknown pool backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+    return BACKENDS[backend](factory, size, **kwargs)
