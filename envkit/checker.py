@@ -66,7 +66,7 @@ def _describe(i: int, a: Any, b: Any) -> str:
 
 
 def check_snapshot_env(
-    env: gym.Env[Any, Any],
+    env: Any,
     *,
     seed: int = 0,
     options: Mapping[str, Any] | None = None,
@@ -99,7 +99,7 @@ def check_snapshot_env(
         SnapshotContractError: a rule is broken; the message names it.
     """
     base = env.unwrapped
-    meta = getattr(env, "metadata", None) or base.metadata
+    meta: Mapping[str, Any] = getattr(env, "metadata", None) or base.metadata
     kind = meta.get("snapshot")
     if kind not in SNAPSHOT_KINDS:
         raise SnapshotContractError(
@@ -173,7 +173,7 @@ def check_snapshot_env(
         raise SnapshotContractError(
             "rule 3: a second restore of the same snapshot diverged; " + _first_diff(ref, twice)
         )
-    fresh = (make_fresh or _default_fresh(env))()
+    fresh: Any = (make_fresh or _default_fresh(env))()
     try:
         s2 = pickle.loads(held) if held is not None else snap
         f_obs, _ = fresh.restore(s2)

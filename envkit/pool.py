@@ -176,7 +176,7 @@ class SubprocessPool(EnvPool):
         self.factory = factory
         self.size = size
         self.restarts = 0
-        self._ctx = mp.get_context(start_method)
+        self._ctx: Any = mp.get_context(start_method)
         self._start_timeout = start_timeout
         self._workers: list[tuple[Any, Connection]] = [self._spawn() for _ in range(size)]
         for i in range(size):
@@ -238,7 +238,7 @@ class SubprocessPool(EnvPool):
         return out
 
     def close(self) -> None:
-        for proc, conn in self._workers:
+        for _proc, conn in self._workers:
             try:
                 conn.send(("close", (), {}))
             except (BrokenPipeError, OSError):
@@ -319,4 +319,6 @@ def make_pool(factory: EnvFactory, size: int = 1, backend: str = "subprocess", *
     """Build a pool; `backend` is one of ``inprocess``, ``subprocess``, ``ray``."""
     if backend not in BACKENDS:
         raise ValueError(f"unknown pool backend {backend!r}; choose one of {', '.join(BACKENDS)}")
-    return BACKENDS[backend](factory, size, **kwargs)
+    cls: Any = BACKENDS[backend]
+    pool: EnvPool = cls(factory, size, **kwargs)
+    return pool

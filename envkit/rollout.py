@@ -25,7 +25,7 @@ import gymnasium as gym
 
 from envkit.core import Step, Trajectory, jsonable
 from envkit.policies import Policy, PolicyInput
-from envkit.pool import EnvPool, Result
+from envkit.pool import EnvPool, Request, Result
 
 
 @dataclass(frozen=True)
@@ -130,7 +130,7 @@ def rollout(
         if len(actions) != len(batch):
             raise ValueError(f"policy {policy.name!r} returned {len(actions)} actions for {len(batch)} inputs")
         method = "snapshot_step" if record_snapshots else "step"
-        reqs = [(w, method, (a,), {}) for w, a in zip(workers, actions, strict=True)]
+        reqs: list[Request] = [(w, method, (a,), {}) for w, a in zip(workers, actions, strict=True)]
         answers: list[Result] = pool.call_many(reqs)
         ends = []
         for w, action, res in zip(workers, actions, answers, strict=True):

@@ -251,8 +251,8 @@ def replay(env: gym.Env[Any, Any], state: ReplayState) -> tuple[Any, dict[str, A
     got = observation_hash(obs)
     if got != state.hashes[0]:
         raise ReplayDivergenceError(
-            "replay diverged at reset: the observation after reset(seed=%d) differs from the recorded one; the "
-            "env is not deterministic under its seed (or its data changed)" % state.seed
+            f"replay diverged at reset: the observation after reset(seed={state.seed}) differs from the recorded "
+            "one; the env is not deterministic under its seed (or its data changed)"
         )
     for i, action in enumerate(state.actions, start=1):
         obs, reward, _term, _trunc, info = env.step(action)
