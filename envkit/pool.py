@@ -30,7 +30,9 @@ from envkit.core import jsonable
 from envkit.errors import EnvkitError, MissingExtraError
 
 Request = tuple[int, str, tuple[Any, ...], Mapping[str, Any]]
-"""(worker index, method, args, kwargs). Methods: reset, step, snapshot, restore, discard, snapshot_step, close."""
+"""(worker index, method, args, kwargs). Methods: reset, step, snapshot, restore, discard, snapshot_step, metadata,
+call (``args = (fn, *rest)``: runs ``fn(env, *rest, **kwargs)`` in the worker; `fn` must be a picklable module-level
+function, e.g. SERO's oracle continuation), close."""
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,12 @@ def dispatch(env: gym.Env[Any, Any], method: str, args: Sequence[Any], kwargs: M
         return getattr(env, method)(*args, **kwargs)
     if method == "metadata":
         return dict(getattr(env, "metadata", {}))
-    raise EnvkitError(f"unknown pool request {method!r}; use reset, step, snapshot_step, snapshot, restore, discard")
+    if method == "call":
+        fn, *rest = args
+        return fn(env, *rest, **kwargs)
+    raise EnvkitError(
+        f"unknown pool request {method!r}; use reset, step, snapshot_step, snapshot, restore, discard, metadata, call"
+    )
 
 
 class EnvPool(ABC):

@@ -115,6 +115,9 @@ class SnapshotEnvBase(gym.Env[str, str]):
         self._episode_over = False
         self._discarded: set[str] = set()
         self._replay: ReplayState | None = None
+        #: How the last `restore` reached its state: ``"native"``, or ``"replay"`` when it went through
+        #: `restore_by_replay` (SERO counts restores by kind). Empty before the first restore.
+        self.last_restore_kind = ""
 
     # ----- public API: validate, then delegate -----------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
@@ -166,6 +169,7 @@ class SnapshotEnvBase(gym.Env[str, str]):
         """Return the env to the state of `snapshot`; returns the ``(obs, info)`` held when it was taken."""
         self._check_snapshot(snapshot)
         payload, over, rng_state = snapshot.payload
+        self.last_restore_kind = "native" if self.metadata.get("snapshot", "native") == "native" else "replay"
         obs, info = self._restore(payload, snapshot)
         self.np_random.bit_generator.state = copy.deepcopy(rng_state)
         self._episode_started = True
@@ -185,6 +189,7 @@ class SnapshotEnvBase(gym.Env[str, str]):
                 "took it, and its episode was reset without a seed, so it cannot be replayed; reset with a seed"
             )
         obs, info = replay(self, snapshot.replay)
+        self.last_restore_kind = "replay"
         return obs, info
 
     def discard(self, snapshot: Snapshot) -> None:
