@@ -101,7 +101,7 @@ class RecordStore:
             raise EnvkitError(f"unit {unit!r} is already stored in {self.journal}; check store.done before running it")
         recs = [dict(r) for r in records]
         self._write_line({"unit": unit, "records": recs})
-        self._units[unit] = json.loads(json.dumps(recs, default=_default))
+        self._units[unit] = json.loads(json.dumps(recs, sort_keys=True, default=_default))
 
     def records(self) -> list[dict[str, Any]]:
         """Every record, units in sorted id order."""

@@ -1,0 +1,39 @@
+"""`check_snapshot_env` on every registered id (skipped only when the env's extra or data is missing)."""
+
+from __future__ import annotations
+
+import pytest
+
+import envkit
+from envkit.errors import DataNotFoundError, MissingExtraError
+
+MARKS = {
+    "envkit/Toy-v0": (),
+    "envkit/WebShopBrowser-v0": (pytest.mark.browser,),
+}
+
+
+@pytest.mark.parametrize(
+    "env_id", [pytest.param(i, marks=MARKS.get(i, (pytest.mark.slow,))) for i in sorted(envkit.ENVS)]
+)
+def test_snapshot_contract(env_id, request):
+    entry = envkit.ENVS[env_id]
+    if entry.needs_data:
+        fixture = {"ALFWORLD_DATA": "alfworld_data"}.get(entry.needs_data)
+        if fixture:
+            request.getfixturevalue(fixture)  # skips with the reason when the data is absent
+    try:
+        env = envkit.make(env_id)
+    except ModuleNotFoundError as exc:
+        if exc.name and exc.name.startswith("envs."):
+            pytest.fail(f"{env_id} is registered but its module {exc.name} does not exist")
+        raise
+    except MissingExtraError as exc:
+        pytest.skip(str(exc))
+    except DataNotFoundError as exc:
+        pytest.skip(str(exc))
+    try:
+        report = envkit.check_snapshot_env(env)
+    finally:
+        env.close()
+    assert sorted(report.rules) == [1, 2, 3, 4, 5, 6]

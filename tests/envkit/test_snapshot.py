@@ -1,0 +1,173 @@
+"""Snapshot base class, replay wrapper and divergence detection on the toy env."""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import gymnasium as gym
+import pytest
+
+import envkit
+from envkit.errors import InvalidActionError, ReplayDivergenceError, ResetNeededError, SnapshotError
+from envkit.snapshot import ReplaySnapshot
+from envkit.testing import ToyEnv
+
+
+def test_gymnasium_make_returns_snapshot_env_without_wrappers():
+    env = gym.make("envkit/Toy-v0")
+    assert isinstance(env, ToyEnv)
+    assert isinstance(env, envkit.SnapshotEnv)
+
+
+def test_restore_reproduces_observations_and_rng():
+    env = ToyEnv(max_steps=30)
+    obs, _ = env.reset(seed=3, options={"goal": 6, "length": 10})
+    env.step("right")
+    s = env.snapshot()
+    first = [env.step(a)[:4] for a in ("teleport", "right", "teleport", "left")]
+    obs_s, info_s = env.restore(s)
+    assert obs_s.startswith("You are at cell 1 of 10")
+    assert info_s["step"] == 1
+    again = [env.step(a)[:4] for a in ("teleport", "right", "teleport", "left")]
+    assert again == first  # the RNG stream (teleport) is part of the snapshot
+
+
+def test_snapshot_restores_into_fresh_instance_via_pickle():
+    env = ToyEnv()
+    env.reset(seed=5, options={"goal": 7, "length": 9})
+    env.step("right")
+    s = pickle.loads(pickle.dumps(env.snapshot()))
+    ref = [env.step(a)[:4] for a in ("teleport", "right")]
+    fresh = ToyEnv()
+    fresh.restore(s)
+    assert [fresh.step(a)[:4] for a in ("teleport", "right")] == ref
+
+
+def test_snapshot_errors_are_clear():
+    env = ToyEnv()
+    with pytest.raises(SnapshotError, match="before reset"):
+        env.snapshot()
+    with pytest.raises(ResetNeededError, match="reset"):
+        env.step("right")
+    env.reset(seed=0)
+    with pytest.raises(SnapshotError, match="expected a Snapshot"):
+        env.restore("not a snapshot")  # type: ignore[arg-type]
+    with pytest.raises(InvalidActionError, match="actions are text"):
+        env.step(3)  # type: ignore[arg-type]
+    s = env.snapshot()
+    env.discard(s)
+    with pytest.raises(SnapshotError, match="discarded"):
+        env.restore(s)
+
+    class OtherEnv(ToyEnv):
+        pass
+
+    with pytest.raises(SnapshotError, match="taken from"):
+        OtherEnv().restore(ToyEnv().reset(seed=0) and _snap(ToyEnv()))
+
+
+def _snap(env: ToyEnv) -> Any:
+    env.reset(seed=0)
+    return env.snapshot()
+
+
+def test_step_after_episode_end_needs_reset():
+    env = ToyEnv(max_steps=1)
+    env.reset(seed=0, options={"goal": 5})
+    *_, trunc, _ = env.step("stay")
+    assert trunc
+    with pytest.raises(ResetNeededError, match="episode ended"):
+        env.step("stay")
+
+
+def test_invalid_action_is_feedback_not_error():
+    env = ToyEnv()
+    env.reset(seed=0, options={"goal": 3})
+    obs, reward, term, trunc, info = env.step("fly away")
+    assert info["invalid"] and "Nothing happens." in obs and reward == 0.0 and not term
+
+
+def test_replay_wrapper_restores_by_replay():
+    env = ReplaySnapshot(ToyEnv())
+    env.reset(seed=11, options={"goal": 4})
+    env.step("right")
+    s = env.snapshot()
+    ref = [env.step(a)[:4] for a in ("teleport", "teleport")]
+    obs, _ = env.restore(s)
+    assert obs.startswith("You are at cell 1")
+    assert [env.step(a)[:4] for a in ("teleport", "teleport")] == ref
+    assert env.metadata["snapshot"] == "replay"
+
+
+class DriftingEnv(ToyEnv):
+    """An env whose dynamics change between runs (e.g. unseeded randomness): replay must notice."""
+
+    calls = 0
+
+    def _step(self, action: str) -> Any:
+        DriftingEnv.calls += 1
+        obs, r, term, trunc, info = super()._step(action)
+        return obs + f" (call {DriftingEnv.calls})", r, term, trunc, info
+
+
+def test_replay_divergence_is_detected_and_named():
+    env = ReplaySnapshot(DriftingEnv())
+    env.reset(seed=1, options={"goal": 5})
+    env.step("right")
+    env.step("right")
+    s = env.snapshot()
+    with pytest.raises(ReplayDivergenceError, match="step 1 of 2"):
+        env.restore(s)
+
+
+def test_native_snapshot_falls_back_to_verified_replay():
+    env = ToyEnv()
+    env.reset(seed=2, options={"goal": 6})
+    env.step("right")
+    env.step("teleport")
+    s = env.snapshot()
+    assert s.replay is not None and len(s.replay.actions) == 2
+    fresh = ToyEnv()
+    obs, _ = fresh.restore_by_replay(s)
+    assert obs == env.restore(s)[0]
+
+
+def test_checker_passes_toy_and_replay_wrapper():
+    report = envkit.check_snapshot_env(gym.make("envkit/Toy-v0"), seed=4, options={"goal": 7})
+    assert sorted(report.rules) == [1, 2, 3, 4, 5, 6]
+    wrapped = ReplaySnapshot(ToyEnv())
+    envkit.check_snapshot_env(wrapped, seed=4, options={"goal": 7}, make_fresh=lambda: ReplaySnapshot(ToyEnv()))
+
+
+class ForgetfulEnv(ToyEnv):
+    """Breaks rule 4: its step counter is not part of the snapshot."""
+
+    def _snapshot(self) -> Any:
+        return (self._pos, self._goal, self._length, 0, self._history)
+
+
+class LeakyEnv(ToyEnv):
+    """Breaks rule 3: the snapshot shares a mutable list with the live env."""
+
+    def _reset(self, *, seed, options):
+        self._log: list[str] = []
+        return super()._reset(seed=seed, options=options)
+
+    def _step(self, action):
+        self._log.append(action)
+        obs, r, term, trunc, info = super()._step(action)
+        return obs + f" [{len(self._log)}]", r, term, trunc, info
+
+    def _snapshot(self):
+        return (super()._snapshot(), self._log)
+
+    def _restore(self, payload, snapshot):
+        inner, self._log = payload
+        return super()._restore(inner, snapshot)
+
+
+@pytest.mark.parametrize(("cls", "rule"), [(ForgetfulEnv, "rule [24]"), (LeakyEnv, "rule [23]")])
+def test_checker_catches_broken_envs(cls, rule):
+    with pytest.raises(envkit.SnapshotContractError, match=rule):
+        envkit.check_snapshot_env(cls(max_steps=12), seed=4, options={"goal": 7, "length": 9}, make_fresh=cls)
