@@ -1,0 +1,237 @@
+"""``envkit/WebShop-v0``: the WebShop text env with native snapshots.
+
+Usage::
+
+    import gymnasium, envkit
+    env = gymnasium.make("envkit/WebShop-v0")                   # embedded generated catalog, text observations
+    obs, info = env.reset(seed=0)                               # a random train goal
+    obs, info = env.reset(seed=0, options={"goal_index": 3})    # goal 3 of the (shuffled) goal list
+    obs, r, terminated, truncated, info = env.step("search[lavender shampoo]")
+    s = env.snapshot(); ...; env.restore(s)
+
+Constructor keywords (all optional): ``data_dir`` (WebShop's data files; default ``$WEBSHOP_DATA`` when it holds
+a product file, else the embedded catalog), ``observation_mode`` (``text`` | ``text_rich`` | ``html``),
+``split`` (``train`` | ``test`` | ``all``: which goals a reset without ``goal_index`` draws from; test = the first
+500 goals as in verl-agent), ``test_goals``, ``human_goals``, ``num_products``, ``max_steps`` (15, verl-agent's
+limit; the step that reaches it is truncated), ``catalog_seed``, ``evaluation``.
+
+Reward: 0 on every step except ``click[buy now]``, which ends the episode with WebShop's score in [0, 1]
+(`envs.webshop.reward`). ``info``: ``admissible_actions``, ``success``/``won`` (score == 1.0), ``invalid``,
+``task_id``, ``score``, ``goal_index``, ``instruction``, ``page``, ``url``, ``step``, ``feedback``, and on the
+done page ``reward_info`` (the score's parts). Invalid actions cost a step, change nothing and prefix the
+observation with ``Invalid action: <why>.``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, SupportsFloat
+
+from envkit.snapshot import Snapshot, SnapshotEnvBase
+from envs.webshop.catalog import DEFAULT_TEST_GOALS, Catalog, Goal, load_catalog
+from envs.webshop.render import OBSERVATION_MODES, render_html, to_text, to_text_rich
+from envs.webshop.reward import get_reward
+from envs.webshop.search import SearchEngine, engine_for
+from envs.webshop.shop import (
+    Element,
+    ShopState,
+    admissible_actions,
+    click,
+    clickables,
+    page_elements,
+    state_path,
+    transition,
+)
+
+
+@dataclass(frozen=True)
+class WebShopConfig:
+    """Options of the WebShop envs (see the module docstring for each field)."""
+
+    data_dir: str | None = None
+    observation_mode: str = "text"
+    split: str = "train"
+    test_goals: int = DEFAULT_TEST_GOALS
+    human_goals: bool = False
+    num_products: int | None = None
+    max_steps: int = 15
+    catalog_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.observation_mode not in OBSERVATION_MODES:
+            raise ValueError(f"observation_mode must be one of {OBSERVATION_MODES}, got {self.observation_mode!r}")
+        if self.split not in ("train", "test", "all"):
+            raise ValueError(f"split must be 'train', 'test' or 'all', got {self.split!r}")
+        if self.max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
+        if self.test_goals < 0:
+            raise ValueError(f"test_goals must be >= 0, got {self.test_goals}")
+
+
+@dataclass(frozen=True)
+class EpisodeState:
+    """Everything that defines the env's state (the native snapshot payload; immutable)."""
+
+    goal_index: int
+    shop: ShopState
+    t: int = 0
+    history: tuple[str, ...] = ()
+    feedback: str | None = None
+    truncated: bool = field(default=False)
+
+
+class WebShopCore:
+    """Catalog, search engine and observation rendering shared by the text and browser envs."""
+
+    def __init__(self, config: WebShopConfig):
+        self.config = config
+        self.catalog: Catalog = load_catalog(
+            config.data_dir,
+            human_goals=config.human_goals,
+            num_products=config.num_products,
+            seed=config.catalog_seed,
+        )
+        if not self.catalog.goals:
+            raise ValueError(
+                f"the catalog {self.catalog.source!r} has no goals (no product has instruction attributes)"
+            )
+        self.engine: SearchEngine = engine_for(self.catalog)
+        self.indices = self.catalog.split_indices(config.split, config.test_goals)
+
+    def goal(self, index: int) -> Goal:
+        return self.catalog.goals[index]
+
+    def check_goal_index(self, value: Any) -> int:
+        n = len(self.catalog.goals)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < n:
+            raise ValueError(f"reset option goal_index must be an int in 0..{n - 1}, got {value!r}")
+        return value
+
+    def observation(self, state: EpisodeState, elements: tuple[Element, ...]) -> str:
+        mode = self.config.observation_mode
+        if mode == "text":
+            page = to_text(elements)
+        elif mode == "text_rich":
+            page = to_text_rich(elements)
+        else:
+            goal = self.goal(state.goal_index)
+            page = render_html(
+                state.shop,
+                elements,
+                lambda key: "/local" + state_path(click(state.shop, key, self.catalog, goal)),
+                "/local/search",
+            )
+        if state.feedback:
+            sep = " [SEP] " if mode == "text" else "\n"
+            return f"Invalid action: {state.feedback}.{sep}{page}"
+        return page
+
+    def info(self, state: EpisodeState, elements: tuple[Element, ...]) -> dict[str, Any]:
+        goal = self.goal(state.goal_index)
+        shop = state.shop
+        score = float(shop.score) if shop.score is not None else 0.0
+        info: dict[str, Any] = {
+            "admissible_actions": admissible_actions(shop, elements) if shop.page != "done" else [],
+            "success": shop.page == "done" and score == 1.0,
+            "won": shop.page == "done" and score == 1.0,
+            "invalid": state.feedback is not None,
+            "task_id": f"webshop/{state.goal_index}",
+            "score": score,
+            "goal_index": state.goal_index,
+            "instruction": goal.instruction_text,
+            "page": shop.page,
+            "url": state_path(shop),
+            "step": state.t,
+            "feedback": state.feedback or "",
+        }
+        if shop.page == "done":
+            p = self.catalog.by_asin[shop.asin or ""]
+            info["reward_info"] = get_reward(p, goal, self.catalog.prices[p.asin], shop.options_dict()).as_dict()
+        return info
+
+
+class WebShopEnv(SnapshotEnvBase):
+    """WebShop as text; see the module docstring."""
+
+    metadata = {"render_modes": [], "snapshot": "native", "snapshot_picklable": True}
+
+    def __init__(
+        self,
+        data_dir: str | None = None,
+        observation_mode: str = "text",
+        split: str = "train",
+        test_goals: int = DEFAULT_TEST_GOALS,
+        human_goals: bool = False,
+        num_products: int | None = None,
+        max_steps: int = 15,
+        catalog_seed: int = 0,
+        evaluation: bool = False,
+    ):
+        super().__init__(evaluation=evaluation)
+        self.config = WebShopConfig(
+            data_dir, observation_mode, split, test_goals, human_goals, num_products, max_steps, catalog_seed
+        )
+        self.core = WebShopCore(self.config)
+        self._state = EpisodeState(0, ShopState())
+        self._elements: tuple[Element, ...] = ()
+        self._elements_of: ShopState | None = None
+
+    # ----- helpers -----------------------------------------------------------------------------------------
+    @property
+    def catalog(self) -> Catalog:
+        return self.core.catalog
+
+    @property
+    def goal(self) -> Goal:
+        """The current goal (privileged: for oracles and analysis)."""
+        return self.core.goal(self._state.goal_index)
+
+    @property
+    def state(self) -> EpisodeState:
+        """The current state (immutable)."""
+        return self._state
+
+    def _page(self, shop: ShopState) -> tuple[Element, ...]:
+        if self._elements_of is not shop:
+            self._elements = page_elements(shop, self.core.catalog, self.core.goal(self._state.goal_index))
+            self._elements_of = shop
+        return self._elements
+
+    def _observe(self) -> tuple[str, dict[str, Any]]:
+        elements = self._page(self._state.shop)
+        return self.core.observation(self._state, elements), self.core.info(self._state, elements)
+
+    # ----- SnapshotEnvBase ---------------------------------------------------------------------------------
+    def _reset(self, *, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        if "goal_index" in options:
+            index = self.core.check_goal_index(options["goal_index"])
+        else:
+            idx = self.core.indices
+            index = idx[int(self.np_random.integers(len(idx)))]
+        self._state = EpisodeState(index, ShopState())
+        return self._observe()
+
+    def _step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
+        st = self._state
+        shop, why = transition(st.shop, action, self.core.catalog, self.core.goal(st.goal_index), self.core.engine)
+        t = st.t + 1
+        terminated = shop.page == "done" and why is None
+        truncated = not terminated and t >= self.config.max_steps
+        self._state = EpisodeState(st.goal_index, shop, t, (*st.history, action), why, truncated)
+        obs, info = self._observe()
+        reward = float(shop.score or 0.0) if terminated else 0.0
+        return obs, reward, terminated, truncated, info
+
+    def _snapshot(self) -> EpisodeState:
+        return self._state
+
+    def _restore(self, payload: Any, snapshot: Snapshot) -> tuple[str, dict[str, Any]]:
+        if not isinstance(payload, EpisodeState):
+            raise TypeError(f"not a WebShop snapshot payload: {type(payload).__name__}")
+        self.core.check_goal_index(payload.goal_index)
+        self._state = payload
+        return self._observe()
+
+    def valid_clicks(self) -> tuple[str, ...]:
+        """The ``click[...]`` names on the current page."""
+        return clickables(self._page(self._state.shop))
