@@ -1,0 +1,242 @@
+"""``envkit-oracle``: SERO oracle rollouts from the command line.
+
+Commands:
+    ``envkit-oracle rollout``   G policy rollouts per task, SERO roots, oracle continuations, one record per step
+                                (defaults: WebShop with its embedded catalog, random policy, 32 tasks x 8 rollouts)
+    ``envkit-oracle inspect FILE``   print a run's summary (works on a killed run's journal too)
+    ``envkit-oracle export FILE``    write a `datasets`-loadable SFT or RL dataset from a run
+    ``envkit-oracle envs``      list the registered env ids, their extra, and whether it is installed
+
+Every option is documented in ``--help`` with its default.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from envkit.errors import EnvkitError
+from oracles.pipeline import DEFAULT_ENV, RunConfig, summarize, summary_path
+
+app = typer.Typer(help="SERO oracle rollouts: restore policy states, continue with the oracle, write training data.",
+                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)  # fmt: skip
+console = Console(stderr=True)
+out_console = Console()
+
+
+def _fail(msg: str, code: int = 2) -> typer.Exit:
+    console.print(f"[bold red]error:[/] {msg}")
+    return typer.Exit(code)
+
+
+def _check_env(env_id: str) -> None:
+    """Unknown id -> suggestion; missing extra / missing env package -> the pip command."""
+    from envkit.errors import MissingExtraError
+    from envkit.registration import ENVS, register_envs, suggest
+
+    register_envs()
+    import gymnasium as gym
+
+    if env_id not in gym.registry:
+        hint = suggest(env_id)
+        raise _fail(f"unknown environment id {env_id!r}." + (f" Did you mean {hint!r}?" if hint else "")
+                    + f" Known: {', '.join(sorted(ENVS))} (see `envkit-oracle envs`)")  # fmt: skip
+    entry = ENVS.get(env_id)
+    module = str(gym.registry[env_id].entry_point).partition(":")[0]
+    try:
+        importlib.import_module(module)
+    except MissingExtraError as exc:
+        raise _fail(str(exc)) from exc
+    except ImportError as exc:
+        extra = entry.extra if entry else None
+        fix = f"pip install -e '.[{extra}]'" if extra else "pip install -e ."
+        raise _fail(f"{env_id} cannot be imported ({exc}); install its extra: {fix}") from exc
+
+
+def _check_out(out: str) -> None:
+    p = Path(out)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        probe = p.with_name(f".{p.name}.probe-{os.getpid()}")
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        raise _fail(f"cannot write the output {out!r} ({exc.strerror or exc}); choose a writable --out") from exc
+
+
+def _kwargs(items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise _fail(f"--env-kwarg takes KEY=VALUE (VALUE parsed as JSON when it can be), got {item!r}")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value
+    return out
+
+
+@app.command()
+def rollout(
+    env: Annotated[str, typer.Option(help="Registered env id (`envkit-oracle envs` lists them).")] = DEFAULT_ENV,
+    policy: Annotated[str, typer.Option(help="Rollout policy: random | scripted:FILE | hf:PATH[?mode=choose] | "
+                                             "openai:URL#MODEL.")] = "random",  # fmt: skip
+    tasks: Annotated[int, typer.Option(help="Number of tasks (task i resets with a seed derived from --seed, i).")] = 32,
+    group: Annotated[int, typer.Option(help="Rollouts per task (G).")] = 8,
+    roots: Annotated[int, typer.Option(help="SERO roots per group (0: policy rollouts only).")] = 2,
+    out: Annotated[str, typer.Option(help="Output file, .parquet or .jsonl (summary: <out>.summary.json).")] = "runs/oracle.parquet",
+    workers: Annotated[int, typer.Option(help="Env pool size (parallel envs).")] = 2,
+    backend: Annotated[str, typer.Option(help="Env pool backend: inprocess | subprocess | ray.")] = "subprocess",
+    seed: Annotated[int, typer.Option(help="Run seed (task seeds, random policy draws).")] = 0,
+    max_steps: Annotated[int | None, typer.Option(help="Episode step budget (default: the env's: WebShop 15, "
+                                                       "ALFWorld 50, SWE 30, Toy 20, others 30).")] = None,  # fmt: skip
+    min_budget: Annotated[int | None, typer.Option(help="A root needs this many steps of budget left (default: "
+                                                        "ALFWorld 20, SWE 8, others 2).")] = None,  # fmt: skip
+    scorer: Annotated[str, typer.Option(help="Policy scorer for reachability weights: uniform | hf:PATH.")] = "uniform",
+    weighting: Annotated[str, typer.Option(help="l_j: sequence (length-normalised log-lik) | choice (softmax "
+                                                "over the admissible actions).")] = "sequence",  # fmt: skip
+    gamma_g: Annotated[float | None, typer.Option(help="GraphGPO discount (default: 0.20 WebShop, else 0.10).")] = None,
+    p_floor: Annotated[float, typer.Option(help="Reachability weight: per-step likelihood floor.")] = 0.05,
+    tau_w: Annotated[float, typer.Option(help="Reachability weight: temperature.")] = 1.0,
+    w_min: Annotated[float, typer.Option(help="Reachability weight: minimum.")] = 0.05,
+    env_kwarg: Annotated[list[str] | None, typer.Option(help="Env constructor argument KEY=VALUE (repeatable).")] = None,
+    device: Annotated[str, typer.Option(help="Device of model policies/scorers: auto | cpu | cuda.")] = "auto",
+    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+) -> None:
+    """Run G policy rollouts per task, select SERO roots, restore them and continue with the oracle.
+
+    Resumable: run the same command again after a kill; finished tasks are skipped and none is duplicated.
+    """
+    from oracles.pipeline import run
+
+    try:
+        cfg = RunConfig(env_id=env, env_kwargs=_kwargs(env_kwarg or []), policy=policy, tasks=tasks, group=group,
+                        roots=roots, out=out, workers=workers, backend=backend, seed=seed, max_steps=max_steps,
+                        min_budget=min_budget, scorer=scorer, weighting=weighting, gamma_g=gamma_g, p_floor=p_floor,
+                        tau_w=tau_w, w_min=w_min, device=device, progress=progress)  # fmt: skip
+    except ValueError as exc:
+        raise _fail(str(exc)) from exc
+    _check_env(env)
+    _check_out(out)
+    try:
+        summary = run(cfg)
+    except EnvkitError as exc:
+        raise _fail(str(exc)) from exc
+    print_summary(summary, title=f"SERO run -> {out}")
+
+
+def print_summary(summary: dict[str, Any], title: str = "SERO run") -> None:
+    """Print a summary as rich tables."""
+    tot, ses = summary.get("totals", {}), summary.get("session", {})
+    table = Table(title=title, show_header=True)
+    table.add_column("counter")
+    table.add_column("value", justify="right")
+    order = ["tasks", "trajectories", "policy_successes", "success_rate_before", "success_rate_after",
+             "group_success_before", "group_success_after", "zero_adv_before", "zero_adv_after", "roots_tried",
+             "restored_native", "restored_replay", "replay_diverged", "restore_failed", "continued_to_success",
+             "rescued_trajectories", "oracle_steps", "oracle_rows", "mean_reach_weight", "choice_fallbacks",
+             "failed_to_run"]  # fmt: skip
+    for k in order:
+        if k in tot:
+            v = tot[k]
+            table.add_row(k, f"{v:.3f}" if isinstance(v, float) else str(v))
+    out_console.print(table)
+    if tot.get("stop_reasons"):
+        out_console.print("oracle stop reasons: " + ", ".join(f"{k} x{v}" for k, v in tot["stop_reasons"].items()))
+    if ses:
+        t2 = Table(title="this session", show_header=True)
+        t2.add_column("measure")
+        t2.add_column("value", justify="right")
+        for k in ("tasks_run", "wall_s", "rollout_s", "continue_s", "scoring_s", "credit_s", "io_s",
+                  "policy_steps_per_s", "continuations", "continuations_per_min", "rows", "workers", "backend"):  # fmt: skip
+            if k in ses and ses[k] is not None:
+                v = ses[k]
+                t2.add_row(k, f"{v:.2f}" if isinstance(v, float) else str(v))
+        out_console.print(t2)
+
+
+@app.command()
+def inspect(
+    file: Annotated[Path, typer.Argument(help="A run's output (.parquet/.jsonl), its .summary.json or its journal.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+) -> None:
+    """Print the summary of a run (recomputed from the journal when the run was killed before finishing)."""
+    from envkit.io import RecordStore
+
+    name = file.name
+    for suffix in (".summary.json", ".journal.jsonl"):
+        if name.endswith(suffix):
+            file = file.with_name(name[: -len(suffix)])
+    summ = summary_path(file)
+    journal = file.with_name(file.name + ".journal.jsonl")
+    if summ.exists() and (not journal.exists() or summ.stat().st_mtime >= journal.stat().st_mtime):
+        summary = json.loads(summ.read_text())
+    elif journal.exists():
+        store = RecordStore(file)
+        summary = summarize([r["__stats__"] for r in store.records() if "__stats__" in r])
+        summary["settings"] = store.meta
+    else:
+        raise _fail(f"no run at {file}: expected {summ} or {journal}")
+    if as_json:
+        out_console.print_json(json.dumps(summary, default=str))
+    else:
+        print_summary(summary, title=f"SERO run {file}")
+
+
+@app.command()
+def export(
+    file: Annotated[Path, typer.Argument(help="A run's output (.parquet or .jsonl).")],
+    out: Annotated[Path | None, typer.Option(help="Dataset file, .jsonl or .parquet (default: <file>.<format>.jsonl).")] = None,
+    format: Annotated[str, typer.Option(help="sft (successful episodes as chat messages + weights) | rl (every step "
+                                             "with prompt, completion, advantage, weight).")] = "sft",  # fmt: skip
+) -> None:
+    """Write a datasets-loadable SFT or RL dataset (load it with datasets.load_dataset('json', data_files=...))."""
+    from oracles.export import export as do_export
+
+    if not file.exists():
+        raise _fail(f"{file} does not exist: pass the output of `envkit-oracle rollout`")
+    target = out or file.with_name(f"{file.stem}.{format}.jsonl")
+    try:
+        path, n = do_export(file, target, format)
+    except EnvkitError as exc:
+        raise _fail(str(exc)) from exc
+    out_console.print(f"wrote {n} {format} rows to {path}")
+
+
+@app.command()
+def envs() -> None:
+    """List the registered env ids, the extra each needs, and whether it is installed here."""
+    from envkit.registration import ENVS
+
+    table = Table(title="envkit environments")
+    for col in ("id", "extra", "installed", "data", "oracle", "description"):
+        table.add_column(col)
+    from oracles.base import ORACLES
+
+    for e in ENVS.values():
+        module = e.entry_point.partition(":")[0]
+        try:
+            importlib.import_module(module)
+            ok = "yes"
+        except ImportError as exc:
+            ok = f"no ({type(exc).__name__})"
+        data = "-" if not e.needs_data else f"${e.needs_data}" + (" (set)" if os.environ.get(e.needs_data) else " (unset)")
+        table.add_row(e.id, e.extra or "-", ok, data, ORACLES.get(e.id, "-"), e.description)
+    out_console.print(table)
+
+
+def main() -> None:
+    """Console-script entry point."""
+    app()
+
+
+if __name__ == "__main__":
+    main()

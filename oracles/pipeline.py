@@ -1,0 +1,368 @@
+"""The ``envkit-oracle rollout`` engine: policy groups -> SERO roots -> oracle continuations -> step records.
+
+`run(RunConfig(...))` runs G policy rollouts per task through an env pool, selects roots per group, restores and
+continues them with the domain oracle inside the pool's workers, computes reachability weights (a policy scorer in
+this process) and GraphGPO credit, and appends one record unit per task to a resumable `envkit.io.RecordStore`.
+A killed run resumes where it stopped (finished tasks are skipped, none is duplicated) and produces the identical
+output file: every task's result depends only on (seed, task index), never on the chunking or the worker count.
+
+Outputs: ``<out>`` (.parquet or .jsonl; one record per step, see `STEP_FIELDS`), ``<out>.summary.json`` (counters
+of all tasks plus this session's timing), ``<out>.journal.jsonl`` (the resumable journal).
+
+Example:
+    >>> summary = run(RunConfig(env_id="envkit/Toy-v0", tasks=4, group=4, out="runs/toy.parquet"))  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from envkit.core import Trajectory
+from envkit.io import RecordStore, write_parquet
+from envkit.policies import Policy, PolicyInput
+from envkit.pool import EnvFactory, make_pool
+from envkit.rollout import Task, rollout
+from oracles.sero import ContinuationOutcome, SeroConfig, credit_group, job_for, reach_weights, run_continuations
+from oracles.sero import Weighted, select_roots
+
+DEFAULT_ENV = "envkit/WebShop-v0"
+#: Episode step budgets (verl-agent's settings where it has them).
+HORIZONS: dict[str, int] = {"envkit/WebShop-v0": 15, "envkit/WebShopBrowser-v0": 15, "envkit/ALFWorld-v0": 50,
+                            "envkit/Toy-v0": 20, "envkit/SWE-v0": 30}  # fmt: skip
+#: Budget a root needs (METHODS: >= 2); long-horizon oracles need more to finish (ours, measured on ALFWorld).
+MIN_BUDGETS: dict[str, int] = {"envkit/ALFWorld-v0": 20, "envkit/SWE-v0": 8}
+#: GraphGPO distance discounts (METHODS section 3).
+GAMMA_G: dict[str, float] = {"envkit/WebShop-v0": 0.20, "envkit/WebShopBrowser-v0": 0.20}
+STEP_FIELDS = (
+    "env_id", "task_id", "task", "seed", "group", "trajectory", "step", "observation", "action", "reward",
+    "next_observation", "terminated", "truncated", "invalid", "admissible_actions", "success", "is_oracle",
+    "root_id", "root_trajectory", "root_step", "restored_by", "oracle_loglik", "reach_weight", "distance",
+    "distance_before", "step_reward", "graph_advantage", "episode_advantage", "advantage", "weighted_advantage",
+    "episode_return",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """Settings of one ``envkit-oracle rollout`` run (the CLI's options, one field each).
+
+    Attributes:
+        env_id: Registered env id.
+        env_kwargs: Keyword arguments of the env constructor.
+        policy: Policy spec (see `oracles.policies.make_policy`).
+        tasks: Number of tasks (task i is ``reset(seed=task_seed(seed, i))``).
+        group: Rollouts per task (G).
+        roots: Roots per group (0: policy rollouts only).
+        out: Output file (.parquet or .jsonl).
+        workers: Env pool size.
+        backend: ``inprocess``, ``subprocess`` or ``ray``.
+        seed: Run seed (task seeds and the random policy's draws).
+        max_steps: Episode step budget (None: the env's default from `HORIZONS`, else 30).
+        min_budget: A root needs this many steps of budget left (None: `MIN_BUDGETS` for the env, else 2).
+        scorer: Scorer spec for reachability weights (``uniform`` or ``hf:PATH``).
+        weighting: ``sequence`` or ``choice`` (admissible-choice variant).
+        gamma_g: GraphGPO discount (None: `GAMMA_G` for the env, else 0.10).
+        p_floor: Reachability weight floor.
+        tau_w: Reachability weight temperature.
+        w_min: Reachability weight minimum.
+        device: Device of model policies/scorers (``auto``, ``cpu``, ``cuda``).
+        progress: Show progress bars.
+    """
+
+    env_id: str = DEFAULT_ENV
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    policy: str = "random"
+    tasks: int = 32
+    group: int = 8
+    roots: int = 2
+    out: str = "runs/oracle.parquet"
+    workers: int = 2
+    backend: str = "subprocess"
+    seed: int = 0
+    max_steps: int | None = None
+    min_budget: int | None = None
+    scorer: str = "uniform"
+    weighting: str = "sequence"
+    gamma_g: float | None = None
+    p_floor: float = 0.05
+    tau_w: float = 1.0
+    w_min: float = 0.05
+    device: str = "auto"
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("tasks", "group", "workers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        if self.backend not in ("inprocess", "subprocess", "ray"):
+            raise ValueError(f"--backend must be inprocess, subprocess or ray, got {self.backend!r}")
+        if not str(self.out).endswith((".parquet", ".jsonl")):
+            raise ValueError(f"--out must end in .parquet or .jsonl, got {self.out!r}")
+        self.sero  # noqa: B018  (validates the SERO settings)
+
+    @property
+    def horizon(self) -> int:
+        return self.max_steps if self.max_steps is not None else HORIZONS.get(self.env_id, 30)
+
+    @property
+    def root_budget(self) -> int:
+        return self.min_budget if self.min_budget is not None else MIN_BUDGETS.get(self.env_id, 2)
+
+    @property
+    def sero(self) -> SeroConfig:
+        gamma = self.gamma_g if self.gamma_g is not None else GAMMA_G.get(self.env_id, 0.10)
+        return SeroConfig(roots_per_group=self.roots, min_budget=self.root_budget, horizon=self.horizon,
+                          p_floor=self.p_floor, tau_w=self.tau_w, w_min=self.w_min,
+                          weighting=self.weighting, gamma_g=gamma)  # type: ignore[arg-type]  # fmt: skip
+
+    def meta(self) -> dict[str, Any]:
+        """Settings that determine the records (checked on resume; workers/backend/tasks may change)."""
+        d = dataclasses.asdict(self)
+        for k in ("out", "workers", "backend", "tasks", "progress", "device"):
+            d.pop(k)
+        d["env_kwargs"] = dict(self.env_kwargs)
+        d["horizon"] = self.horizon
+        d["gamma_g"] = self.sero.gamma_g
+        d["min_budget"] = self.root_budget
+        return d
+
+
+def task_seed(seed: int, index: int) -> int:
+    """Seed of task `index` in a run with `seed` (independent streams per task)."""
+    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+def summary_path(out: str | os.PathLike[str]) -> Path:
+    """Where a run's summary lives: ``<out>.summary.json``."""
+    p = Path(out)
+    return p.with_name(p.name + ".summary.json")
+
+
+class _StableKeys:
+    """Gives each episode a key that depends only on (task index, rollout index), not on the batch layout."""
+
+    def __init__(self, policy: Policy, keys: Sequence[int]):
+        self.policy = policy
+        self.name = policy.name
+        self.keys = list(keys)
+
+    def act(self, batch: Sequence[PolicyInput]) -> list[str]:
+        return self.policy.act([dataclasses.replace(x, key=self.keys[x.key]) for x in batch])
+
+
+def _task_records(
+    cfg: RunConfig, index: int, trajs: Sequence[Trajectory], outcomes: Sequence[ContinuationOutcome],
+    weighted: Sequence[Any], credit: tuple[dict[Any, Any], dict[Any, Any]],
+) -> list[dict[str, Any]]:  # fmt: skip
+    pol, ora = credit
+    task_id = f"task-{index}"
+    base = {"env_id": cfg.env_id, "task_id": task_id, "task": index, "seed": task_seed(cfg.seed, index),
+            "group": index}  # fmt: skip
+    recs: list[dict[str, Any]] = []
+
+    def row(traj_id: int, t: int, st: Any, info_before: Mapping[str, Any], success: bool, **extra: Any) -> None:
+        c = extra.pop("credit", None)
+        recs.append({**base, "trajectory": traj_id, "step": t, "observation": st.observation, "action": st.action,
+                     "reward": float(st.reward), "next_observation": st.next_observation,
+                     "terminated": st.terminated, "truncated": st.truncated,
+                     "invalid": bool(st.info.get("invalid", False)),
+                     "admissible_actions": [str(a) for a in info_before.get("admissible_actions") or []],
+                     "success": success, "distance": None if c is None else c.distance,
+                     "distance_before": None if c is None else c.distance_before,
+                     "step_reward": None if c is None else c.step_reward,
+                     "graph_advantage": None if c is None else c.graph_advantage,
+                     "episode_advantage": None if c is None else c.episode_advantage,
+                     "advantage": None if c is None else c.advantage,
+                     "episode_return": cfg.sero.terminal_reward * success, **extra})  # fmt: skip
+        r = recs[-1]
+        r["weighted_advantage"] = None if r["advantage"] is None else r["advantage"] * r["reach_weight"]
+
+    for i, traj in enumerate(trajs):
+        info = traj.initial_info
+        for t, st in enumerate(traj.steps):
+            row(i, t, st, info, traj.success, credit=pol.get((i, t)), is_oracle=False, root_id="",
+                root_trajectory=-1, root_step=-1, restored_by="", oracle_loglik=None, reach_weight=1.0)  # fmt: skip
+            info = st.info
+    k_ok = 0
+    for k, (o, w) in enumerate(zip(outcomes, weighted, strict=True)):
+        if not o.success:
+            continue
+        info = o.root_info
+        rid = f"{task_id}/traj-{o.root.trajectory}/step-{o.root.t}"
+        for j, st in enumerate(o.steps):
+            row(len(trajs) + k_ok, o.root.t + j, st, info, True, credit=ora.get((k, j)), is_oracle=True,
+                root_id=rid, root_trajectory=o.root.trajectory, root_step=o.root.t, restored_by=o.restored_by,
+                oracle_loglik=w.loglik[j], reach_weight=w.weights[j])  # fmt: skip
+            info = st.info
+        k_ok += 1
+    return [{k: r[k] for k in STEP_FIELDS} for r in recs]
+
+
+def _task_stats(trajs: Sequence[Trajectory], outcomes: Sequence[ContinuationOutcome], weighted: Sequence[Any]) -> dict[str, Any]:
+    ok = [t for t in trajs if not t.failed]
+    rescued = {o.root.trajectory for o in outcomes if o.success}
+    wts = [v for w, o in zip(weighted, outcomes, strict=True) if o.success for v in w.weights]
+    return {
+        "trajectories": len(trajs), "failed_to_run": len(trajs) - len(ok), "policy_steps": sum(t.length for t in trajs),
+        "policy_successes": sum(t.success for t in ok), "rescued_trajectories": len(rescued),
+        "roots_tried": len(outcomes), "restored_native": sum(o.restored_by == "native" for o in outcomes),
+        "restored_replay": sum(o.restored_by == "replay" for o in outcomes),
+        "replay_diverged": sum(o.diverged for o in outcomes),
+        "restore_failed": sum(not o.restored_by and not o.diverged for o in outcomes),
+        "continued_to_success": sum(o.success for o in outcomes),
+        "oracle_steps": sum(len(o.steps) for o in outcomes),
+        "oracle_rows": sum(len(o.steps) for o in outcomes if o.success),
+        "weight_sum": float(sum(wts)), "choice_fallbacks": sum(w.choice_fallbacks for w in weighted),
+        "group_success_before": any(t.success for t in ok),
+        "group_success_after": any(t.success for t in ok) or bool(rescued),
+        "zero_adv_before": len({t.success for t in ok}) <= 1,
+        "zero_adv_after": len({t.success or i in rescued for i, t in enumerate(trajs) if not t.failed}) <= 1,
+        "stop_reasons": dict(Counter(o.reason.split(":")[0][:60] for o in outcomes if not o.success)),
+        "restore_s": sum(o.restore_s for o in outcomes), "oracle_s": sum(o.oracle_s for o in outcomes),
+        "oracle_env_s": sum(o.env_s for o in outcomes),
+    }  # fmt: skip
+
+
+def summarize(stats: Sequence[Mapping[str, Any]], session: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The run summary: counters summed over tasks, derived rates, and this session's timing."""
+    keys = [k for k in (stats[0] if stats else {}) if isinstance(stats[0][k], int | float | bool) and k != "stop_reasons"]
+    tot: dict[str, Any] = {k: sum(s[k] for s in stats) for k in keys}
+    for k in ("group_success_before", "group_success_after", "zero_adv_before", "zero_adv_after"):
+        if k in tot:
+            tot[k] = int(tot[k])
+    reasons: Counter[str] = Counter()
+    for s in stats:
+        reasons.update(s.get("stop_reasons", {}))
+    n = max(1, tot.get("trajectories", 0) - tot.get("failed_to_run", 0))
+    tot.update(
+        tasks=len(stats),
+        success_rate_before=tot.get("policy_successes", 0) / n,
+        success_rate_after=(tot.get("policy_successes", 0) + tot.get("rescued_trajectories", 0)) / n,
+        mean_reach_weight=tot.get("weight_sum", 0.0) / max(1, tot.get("oracle_rows", 0)),
+        stop_reasons=dict(sorted(reasons.items())),
+    )
+    return {"totals": tot, "session": dict(session or {})}
+
+
+def _write_output(store: RecordStore, path: Path) -> int:
+    recs = [r for r in store.records() if "__stats__" not in r]
+    tmp = path.with_name(path.name + ".tmp")
+    if path.suffix == ".jsonl":
+        with open(tmp, "w", encoding="utf-8") as f:
+            for r in recs:
+                f.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
+    else:
+        write_parquet(recs, tmp, meta=store.meta)
+    os.replace(tmp, path)
+    return len(recs)
+
+
+def run(cfg: RunConfig, *, policy: Policy | None = None, scorer: Any = None,
+        on_chunk: Callable[[int], None] | None = None) -> dict[str, Any]:  # fmt: skip
+    """Run (or resume) a rollout; returns the summary (also written to ``<out>.summary.json``).
+
+    Args:
+        cfg: Settings.
+        policy: A ready policy (default: built from ``cfg.policy``).
+        scorer: A ready scorer (default: built from ``cfg.scorer``).
+        on_chunk: Called with the number of finished tasks after each chunk (tests use it to kill mid-run).
+    """
+    from oracles.policies import make_policy
+    from oracles.scorers import make_scorer
+
+    t_start = time.perf_counter()
+    out = Path(cfg.out)
+    store = RecordStore(out, meta=cfg.meta())
+    pending = [i for i in range(cfg.tasks) if f"task-{i}" not in store.done]
+    policy = policy or make_policy(cfg.policy, seed=cfg.seed, device=cfg.device)
+    sero = cfg.sero
+    timing = Counter({"rollout_s": 0.0, "continue_s": 0.0, "scoring_s": 0.0, "credit_s": 0.0, "io_s": 0.0})
+    counts = Counter({"tasks_run": 0, "policy_steps": 0, "continuations": 0, "oracle_steps": 0})
+    per_chunk = max(1, -(-2 * cfg.workers // cfg.group))
+    bar = _progress(cfg.progress, len(pending), cfg.tasks - len(pending))
+    if pending:
+        scorer = scorer or (make_scorer(cfg.scorer, device=cfg.device) if cfg.roots else None)
+        with make_pool(EnvFactory(cfg.env_id, dict(cfg.env_kwargs)), cfg.workers, cfg.backend) as pool:
+            md = pool.call(0, "metadata").value or {}
+            snaps = cfg.backend == "inprocess" or bool(md.get("snapshot_picklable", True))
+            for c in range(0, len(pending), per_chunk):
+                idx = pending[c : c + per_chunk]
+                t0 = time.perf_counter()
+                tasks = [Task(f"task-{i}", task_seed(cfg.seed, i)) for i in idx for _ in range(cfg.group)]
+                keys = [i * cfg.group + g for i in idx for g in range(cfg.group)]
+                trajs = rollout(_StableKeys(policy, keys), pool, tasks, env_id=cfg.env_id, max_steps=sero.horizon,
+                                record_snapshots=snaps)  # fmt: skip
+                groups = [trajs[k * cfg.group : (k + 1) * cfg.group] for k in range(len(idx))]
+                t1 = time.perf_counter()
+                roots = [select_roots(g, group=i, config=sero) for i, g in zip(idx, groups, strict=True)]
+                jobs = [job_for(r, g[r.trajectory], cfg.env_id, sero.horizon) for g, rs in zip(groups, roots, strict=True)
+                        for r in rs]  # fmt: skip
+                outs = run_continuations(pool, jobs)
+                t2 = time.perf_counter()
+                per_task: list[list[ContinuationOutcome]] = []
+                pos = 0
+                for rs in roots:
+                    per_task.append(outs[pos : pos + len(rs)])
+                    pos += len(rs)
+                units = []
+                t_score = t_credit = 0.0
+                for i, g, os_ in zip(idx, groups, per_task, strict=True):
+                    ts = time.perf_counter()
+                    ws = [reach_weights(scorer, g[o.root.trajectory].steps[: o.root.t], o, sero, f"task-{i}")
+                          if o.success else Weighted((), ()) for o in os_]  # fmt: skip
+                    tc = time.perf_counter()
+                    credit = credit_group(g, os_, sero)
+                    t_score += tc - ts
+                    t_credit += time.perf_counter() - tc
+                    recs = _task_records(cfg, i, g, os_, ws, credit)
+                    units.append((f"task-{i}", [*recs, {"__stats__": _task_stats(g, os_, ws)}]))
+                t3 = time.perf_counter()
+                for unit, recs in units:
+                    store.append(unit, recs)
+                t4 = time.perf_counter()
+                timing.update({"rollout_s": t1 - t0, "continue_s": t2 - t1, "scoring_s": t_score,
+                               "credit_s": t_credit, "io_s": t4 - t3})  # fmt: skip
+                counts.update({"tasks_run": len(idx), "policy_steps": sum(t.length for t in trajs),
+                               "continuations": len(jobs), "oracle_steps": sum(len(o.steps) for o in outs)})  # fmt: skip
+                if bar is not None:
+                    bar[0].update(bar[1], advance=len(idx))
+                if on_chunk is not None:
+                    on_chunk(len(idx))
+    if bar is not None:
+        bar[0].stop()
+    t5 = time.perf_counter()
+    n_rows = _write_output(store, out)
+    timing["io_s"] += time.perf_counter() - t5
+    wall = time.perf_counter() - t_start
+    session = {**dict(timing), **dict(counts), "wall_s": wall, "rows": n_rows,
+               "continuations_per_min": 60 * counts["continuations"] / timing["continue_s"] if timing["continue_s"] else None,
+               "policy_steps_per_s": counts["policy_steps"] / timing["rollout_s"] if timing["rollout_s"] else None,
+               "workers": cfg.workers, "backend": cfg.backend}  # fmt: skip
+    stats = [r["__stats__"] for r in store.records() if "__stats__" in r]
+    summary = summarize(stats, session)
+    summary["settings"] = {**cfg.meta(), "out": str(out), "tasks": cfg.tasks}
+    tmp = summary_path(out).with_suffix(".tmp")
+    tmp.write_text(json.dumps(summary, indent=2, sort_keys=True, default=str))
+    os.replace(tmp, summary_path(out))
+    return summary
+
+
+def _progress(enabled: bool, total: int, done: int) -> Any:
+    if not enabled or total == 0:
+        return None
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    prog = Progress(TextColumn("[bold]SERO tasks"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
+    prog.start()
+    tid = prog.add_task("tasks", total=total + done, completed=done)
+    return prog, tid

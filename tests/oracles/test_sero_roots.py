@@ -1,0 +1,81 @@
+"""Root selection (METHODS 4.1) on hand-made groups, and the replay recipe rebuilt from a trajectory."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+
+import envkit  # noqa: F401  (registers the ids)
+from envkit.core import Step, Trajectory
+from envkit.snapshot import replay
+from oracles.sero import SeroConfig, replay_state_at, select_roots
+
+
+def traj(states: list[str], actions: list[str], *, success: bool = False, done: bool = False, failed: bool = False):
+    """A trajectory through `states` (len(actions) + 1 of them); the last step is terminal when `done`."""
+    steps = []
+    for t, a in enumerate(actions):
+        last = t == len(actions) - 1
+        steps.append(Step(states[t], a, float(success and last), states[t + 1], last and (done or success), False, {}))
+    return Trajectory("envkit/Toy-v0", "t", 0, {}, states[0], {}, tuple(steps), success, failed=failed)
+
+
+def test_all_successful_group_has_no_roots():
+    g = [traj(["a", "b"], ["x"], success=True), traj(["a", "c", "d"], ["y", "z"], success=True)]
+    assert select_roots(g, group=0, config=SeroConfig(horizon=10)) == []
+
+
+def test_failed_group_roots_deepest_first_with_budget_check():
+    # No success: every state is graph-unreachable. Truncated at the horizon (done): the final state is terminal.
+    g = [traj(["s0", "s1", "s2", "s3", "s4"], ["a", "b", "c", "d"], done=True)]
+    roots = select_roots(g, group=3, config=SeroConfig(horizon=4, roots_per_group=2))
+    # budget_left = 4 - t >= 2  ->  t <= 2; deepest first.
+    assert [(r.t, r.observation, r.budget_left) for r in roots] == [(2, "s2", 2), (1, "s1", 3)]
+    assert roots[0].actions == ("a", "b") and roots[0].group == 3 and roots[0].trajectory == 0
+    roots = select_roots(g, group=3, config=SeroConfig(horizon=4, roots_per_group=5, min_budget=3))
+    assert [r.t for r in roots] == [1, 0]
+
+
+def test_known_path_states_are_skipped_and_states_deduplicated():
+    # traj 0 succeeds through b; traj 1 fails through a -> b -> c -> d (not done: d is a candidate too);
+    # traj 2 fails a -> e -> d (same d at a lower depth, deduplicated away) .
+    g = [
+        traj(["a", "b", "w"], ["go", "win"], success=True),
+        traj(["a", "b", "c", "d"], ["go", "x", "y"]),
+        traj(["a", "e", "d"], ["p", "q"]),
+    ]
+    roots = select_roots(g, group=0, config=SeroConfig(horizon=10, roots_per_group=10))
+    got = [(r.trajectory, r.t, r.observation) for r in roots]
+    # a and b have a known path to SUCCESS; deepest first, ties by trajectory index; d kept once (depth 3).
+    assert got == [(1, 3, "d"), (1, 2, "c"), (2, 1, "e")]
+    capped = select_roots(g, group=0, config=SeroConfig(horizon=10, roots_per_group=2))
+    assert [(r.trajectory, r.t) for r in capped] == [(1, 3), (1, 2)]
+
+
+def test_crashed_trajectories_and_zero_roots():
+    g = [traj(["a", "b"], ["x"], failed=True), traj(["a", "c"], ["y"], done=True)]
+    roots = select_roots(g, group=0, config=SeroConfig(horizon=5))
+    assert [(r.trajectory, r.t) for r in roots] == [(1, 0)]
+    assert select_roots(g, group=0, config=SeroConfig(horizon=5, roots_per_group=0)) == []
+
+
+def test_config_validation_names_the_setting():
+    with pytest.raises(ValueError, match="min_budget"):
+        SeroConfig(min_budget=0)
+    with pytest.raises(ValueError, match="p_floor"):
+        SeroConfig(p_floor=0.0)
+    with pytest.raises(ValueError, match="weighting"):
+        SeroConfig(weighting="bogus")  # type: ignore[arg-type]
+
+
+def test_replay_recipe_from_a_recorded_trajectory_reaches_the_state():
+    from envkit.policies import RandomAdmissiblePolicy
+    from envkit.rollout import Task, play
+
+    env = gym.make("envkit/Toy-v0")
+    obs, info = env.reset(seed=11)
+    tr = play(env, RandomAdmissiblePolicy(5), obs, info, task=Task("t", 11), max_steps=6)
+    for t in range(tr.length + 1):
+        state = replay_state_at(tr, t)
+        got, _ = replay(gym.make("envkit/Toy-v0"), state)
+        assert got == tr.observations()[t]
