@@ -156,34 +156,43 @@ def normalize_query(text: str) -> str:
     return " ".join(text.lower().split())
 
 
+def check_action(action: str, page: str, elements: tuple[Element, ...]) -> tuple[str, str, str | None]:
+    """Validate `action` against a page: ``(verb, query or click name, None)`` or ``("", "", why invalid)``."""
+    m = _ACTION.match(action)
+    if m is None:
+        return "", "", "actions are search[your query] or click[button name]"
+    verb, arg = m.group(1).lower(), m.group(2)
+    if page == "done":
+        return "", "", "the purchase is done; reset the env for a new episode"
+    if verb == "search":
+        if not any(e.kind == "search_box" for e in elements):
+            return "", "", "search is only available on the search page: click[back to search] first"
+        if "[" in arg or "]" in arg:
+            return "", "", "brackets are not allowed inside search[...]"
+        query = normalize_query(arg)
+        if not query:
+            return "", "", "the search query is empty"
+        if len(query) > MAX_QUERY_CHARS:
+            return "", "", f"the search query is longer than {MAX_QUERY_CHARS} characters"
+        return verb, query, None
+    key = " ".join(arg.lower().split())
+    if key == "search":
+        return "", "", "to search, use search[your query]"
+    if key not in clickables(elements):
+        return "", "", f"there is no button '{key}' on this page"
+    return verb, key, None
+
+
 def transition(
     state: ShopState, action: str, catalog: Catalog, goal: Goal, engine: SearchEngine
 ) -> tuple[ShopState, str | None]:
     """Apply `action`; returns ``(new state, None)`` or ``(state, why it is invalid)``."""
-    m = _ACTION.match(action)
-    if m is None:
-        return state, "actions are search[your query] or click[button name]"
-    verb, arg = m.group(1).lower(), m.group(2)
-    if state.page == "done":
-        return state, "the purchase is done; reset the env for a new episode"
+    verb, arg, why = check_action(action, state.page, page_elements(state, catalog, goal))
+    if why is not None:
+        return state, why
     if verb == "search":
-        if state.page != "search":
-            return state, "search is only available on the search page: click[back to search] first"
-        if "[" in arg or "]" in arg:
-            return state, "brackets are not allowed inside search[...]"
-        query = normalize_query(arg)
-        if not query:
-            return state, "the search query is empty"
-        if len(query) > MAX_QUERY_CHARS:
-            return state, f"the search query is longer than {MAX_QUERY_CHARS} characters"
-        return ShopState("results", query, 1, engine.search(query), visited=state.visited), None
-    key = " ".join(arg.lower().split())
-    elements = page_elements(state, catalog, goal)
-    if key == "search":
-        return state, "to search, use search[your query]"
-    if key not in clickables(elements):
-        return state, f"there is no button '{key}' on this page"
-    return click(state, key, catalog, goal), None
+        return ShopState("results", arg, 1, engine.search(arg), visited=state.visited), None
+    return click(state, arg, catalog, goal), None
 
 
 def click(state: ShopState, key: str, catalog: Catalog, goal: Goal) -> ShopState:
