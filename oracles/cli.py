@@ -20,6 +20,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from envkit.errors import EnvkitError
@@ -32,7 +33,7 @@ out_console = Console()
 
 
 def _fail(msg: str, code: int = 2) -> typer.Exit:
-    console.print(f"[bold red]error:[/] {msg}")
+    console.print(f"[bold red]error:[/] {escape(msg)}")
     return typer.Exit(code)
 
 
@@ -150,7 +151,7 @@ def print_summary(summary: dict[str, Any], title: str = "SERO run") -> None:
             table.add_row(k, f"{v:.3f}" if isinstance(v, float) else str(v))
     out_console.print(table)
     if tot.get("stop_reasons"):
-        out_console.print("oracle stop reasons: " + ", ".join(f"{k} x{v}" for k, v in tot["stop_reasons"].items()))
+        out_console.print(escape("oracle stop reasons: " + ", ".join(f"{k} x{v}" for k, v in tot["stop_reasons"].items())))
     if ses:
         t2 = Table(title="this session", show_header=True)
         t2.add_column("measure")

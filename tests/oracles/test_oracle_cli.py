@@ -1,0 +1,139 @@
+"""The envkit-oracle CLI: help, errors, inspect, export (loaded by `datasets`), and kill -9 + resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from oracles.cli import app
+
+runner = CliRunner()
+TOY = ["--env", "envkit/Toy-v0", "--env-kwarg", "max_steps=10", "--max-steps", "10", "--min-budget", "7"]
+
+
+def _plain(text: str) -> str:
+    return re.sub(r"\s+", " ", re.sub(r"\x1b\[[0-9;]*m", "", text))
+
+
+def test_help_documents_every_option_with_its_default():
+    res = runner.invoke(app, ["rollout", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+    assert res.exit_code == 0
+    text = _plain(res.output)
+    for opt in ("--env", "--policy", "--tasks", "--group", "--roots", "--out", "--workers", "--backend", "--seed",
+                "--max-steps", "--min-budget", "--scorer", "--weighting", "--gamma-g", "--p-floor", "--tau-w",
+                "--w-min", "--env-kwarg", "--device", "--progress"):
+        assert opt in text, opt
+    for default in ("envkit/WebShop-v0", "default: random", "default: 32", "default: 8", "default: 2",
+                    "runs/oracle.parquet", "subprocess", "uniform", "sequence", "0.05", "WebShop 15"):
+        assert default in text, default
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--env", "envkit/toy-v0"], "Did you mean 'envkit/Toy-v0'"),
+        (["--env", "envkit/Toy-v0", "--policy", "magic"], "unknown policy spec 'magic'"),
+        (["--env", "envkit/Toy-v0", "--policy", "scripted:/nonexistent/actions.json"], "does not exist"),
+        (["--env", "envkit/Toy-v0", "--out", "/etc/passwd/x.parquet"], "cannot write the output"),
+        (["--env", "envkit/Toy-v0", "--out", "x.csv"], "must end in .parquet or .jsonl"),
+        (["--env", "envkit/Toy-v0", "--scorer", "gpt"], "unknown scorer 'gpt'"),
+        (["--env", "envkit/Toy-v0", "--tasks", "0"], "--tasks must be >= 1"),
+        (["--env", "envkit/Toy-v0", "--env-kwarg", "oops"], "KEY=VALUE"),
+    ],
+)
+def test_bad_input_gives_clear_errors(tmp_path, args, message):
+    if "--out" not in args:
+        args = [*args, "--out", str(tmp_path / "o.parquet")]
+    res = runner.invoke(app, ["rollout", *args, "--tasks", "1", "--no-progress"] if "--tasks" not in args
+                        else ["rollout", *args, "--no-progress"], env={"COLUMNS": "200"})
+    assert res.exit_code == 2, res.output
+    assert message in _plain(res.output), res.output
+
+
+def test_missing_extra_names_the_install(monkeypatch):
+    import envkit.registration as reg
+    from envkit.registration import EnvEntry
+
+    # An id whose domain module cannot be imported here: the error names the extra to install.
+    import gymnasium as gym
+
+    gym.register(id="envkit/Missing-v0", entry_point="envs.not_installed_domain:Env")
+    monkeypatch.setitem(reg.ENVS, "envkit/Missing-v0", EnvEntry("envkit/Missing-v0", "envs.not_installed_domain:Env",
+                                                                "missing", "test"))
+    try:
+        res = runner.invoke(app, ["rollout", "--env", "envkit/Missing-v0", "--no-progress"], env={"COLUMNS": "200"})
+    finally:
+        gym.registry.pop("envkit/Missing-v0", None)
+    assert res.exit_code == 2
+    assert "pip install -e '.[missing]'" in _plain(res.output)
+
+
+def test_envs_lists_ids_with_status():
+    res = runner.invoke(app, ["envs"], env={"COLUMNS": "250"})
+    assert res.exit_code == 0
+    assert "envkit/Toy-v0" in res.output and "envkit/ALFWorld-v0" in res.output and "yes" in res.output
+
+
+def test_rollout_inspect_export_and_datasets_load(tmp_path):
+    import datasets
+
+    out = tmp_path / "run.parquet"
+    res = runner.invoke(app, ["rollout", *TOY, "--tasks", "4", "--group", "4", "--out", str(out), "--workers", "2",
+                              "--backend", "inprocess", "--no-progress"], env={"COLUMNS": "200"})
+    assert res.exit_code == 0, res.output
+    assert "continued_to_success" in res.output
+    summary = json.loads((tmp_path / "run.parquet.summary.json").read_text())
+    res = runner.invoke(app, ["inspect", str(out), "--json"])
+    assert res.exit_code == 0 and json.loads(res.output)["totals"] == summary["totals"]
+    for fmt in ("sft", "rl"):
+        target = tmp_path / f"data.{fmt}.jsonl"
+        res = runner.invoke(app, ["export", str(out), "--format", fmt, "--out", str(target)])
+        assert res.exit_code == 0, res.output
+        ds = datasets.load_dataset("json", data_files=str(target), split="train")
+        assert len(ds) > 0
+        if fmt == "sft":
+            m = ds[0]["messages"]
+            assert [x["role"] for x in m] == ["system", "user", "assistant"]
+            oracle = ds.filter(lambda r: r["is_oracle"])
+            assert len(oracle) == summary["totals"]["oracle_rows"]
+            assert min(oracle["weight"]) < 1.0 <= max(oracle["weight"])  # later oracle steps are down-weighted
+        else:
+            assert {"prompt", "completion", "advantage", "weight", "weighted_advantage"} <= set(ds.column_names)
+    res = runner.invoke(app, ["export", str(tmp_path / "none.parquet")])
+    assert res.exit_code == 2 and "does not exist" in _plain(res.output)
+
+
+@pytest.mark.slow
+def test_sigkill_and_resume_gives_the_identical_file(tmp_path):
+    args = [*TOY, "--env-kwarg", "step_delay=0.004", "--tasks", "10", "--group", "4", "--workers", "2",
+            "--backend", "subprocess", "--no-progress"]
+    cmd = [sys.executable, "-m", "oracles.cli", "rollout", *args]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    killed = tmp_path / "killed.parquet"
+    proc = subprocess.Popen([*cmd, "--out", str(killed)], env=env, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    journal = tmp_path / "killed.parquet.journal.jsonl"
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        if journal.exists() and journal.read_bytes().count(b"\n") >= 3:  # meta + 2 finished tasks
+            break
+        time.sleep(0.02)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    units = journal.read_bytes().count(b'"unit"')
+    assert 2 <= units < 10, "the run must be killed mid-way"
+    assert not killed.exists()
+    subprocess.run([*cmd, "--out", str(killed)], env=env, check=True, capture_output=True)
+    whole = tmp_path / "whole.parquet"
+    subprocess.run([*cmd, "--out", str(whole)], env=env, check=True, capture_output=True)
+    assert killed.read_bytes() == whole.read_bytes()
+    assert json.loads((tmp_path / "killed.parquet.summary.json").read_text())["session"]["tasks_run"] == 10 - units

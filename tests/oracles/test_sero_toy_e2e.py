@@ -1,0 +1,149 @@
+"""End to end on envkit/Toy-v0: random policy fails, SERO restores and the oracle turns roots into successes."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import pytest
+
+import envkit  # noqa: F401
+from envkit.core import Root
+from envkit.errors import EnvkitError
+from envkit.io import read_records
+from envkit.policies import RandomAdmissiblePolicy
+from envkit.rollout import Task, play
+from envkit.snapshot import ReplayState
+from envkit.testing import ToyEnv
+from oracles.pipeline import RunConfig, run, summary_path
+from oracles.sero import ContinuationJob, SeroConfig, continue_from_root, job_for, select_roots
+
+# Toy episodes truncate at 10 steps: the random walk often misses the goal; a root with >= 7 steps left is always
+# enough for the oracle (the line has 8 cells).
+TOY = {"env_id": "envkit/Toy-v0", "env_kwargs": {"max_steps": 10}, "max_steps": 10, "min_budget": 7}
+
+
+def _cfg(tmp_path, name, **kw):
+    return RunConfig(**{**TOY, "tasks": 6, "group": 4, "roots": 2, "progress": False,
+                        "out": str(tmp_path / name), **kw})
+
+
+def test_random_fails_and_sero_rescues_in_subprocess_workers(tmp_path):
+    summary = run(_cfg(tmp_path, "sub.parquet", workers=2, backend="subprocess"))
+    tot = summary["totals"]
+    assert tot["policy_successes"] < tot["trajectories"]  # the random policy fails some episodes
+    assert tot["roots_tried"] > 0
+    assert tot["continued_to_success"] == tot["roots_tried"] == tot["restored_native"]  # snapshots travel pickled
+    assert tot["success_rate_after"] > tot["success_rate_before"]
+    assert summary_path(tmp_path / "sub.parquet").exists()
+    recs = read_records(tmp_path / "sub.parquet")
+    oracle = [r for r in recs if r["is_oracle"]]
+    assert len(oracle) == tot["oracle_rows"] > 0
+    by_root: dict[str, list[dict]] = {}
+    for r in oracle:
+        by_root.setdefault(r["root_id"], []).append(r)
+    assert len(by_root) == tot["continued_to_success"]
+    for rows in by_root.values():
+        rows.sort(key=lambda r: r["step"])
+        assert rows[-1]["reward"] == 1.0 and rows[-1]["terminated"]  # the env confirmed the success
+        assert rows[0]["reach_weight"] == 1.0 and rows[-1]["distance"] == 0
+        assert rows[0]["step"] == rows[0]["root_step"]
+        # the oracle continues from exactly the state the policy reached
+        prefix = [r for r in recs if r["task_id"] == rows[0]["task_id"] and r["trajectory"] == rows[0]["root_trajectory"]]
+        assert {p["step"]: p["observation"] for p in prefix}[rows[0]["root_step"]] == rows[0]["observation"]
+        # its earlier policy states now have a path to SUCCESS: the step into the root is at most K from it
+        into_root = [p for p in prefix if p["step"] == rows[0]["root_step"] - 1]
+        for p in into_root:
+            assert p["distance"] <= len(rows)
+    policy_rows = [r for r in recs if not r["is_oracle"]]
+    assert all(r["reach_weight"] == 1.0 and r["root_id"] == "" for r in policy_rows)
+    assert sum(r["step"] == 0 for r in policy_rows) == tot["trajectories"]
+
+
+def test_output_does_not_depend_on_workers_or_backend(tmp_path):
+    run(_cfg(tmp_path, "a.parquet", workers=1, backend="inprocess"))
+    run(_cfg(tmp_path, "b.parquet", workers=3, backend="subprocess"))
+    assert (tmp_path / "a.parquet").read_bytes() == (tmp_path / "b.parquet").read_bytes()
+
+
+def test_resume_skips_finished_tasks_and_refuses_other_settings(tmp_path):
+    first = run(_cfg(tmp_path, "r.jsonl", tasks=3, workers=1, backend="inprocess"))
+    assert first["session"]["tasks_run"] == 3
+    again = run(_cfg(tmp_path, "r.jsonl", tasks=5, workers=1, backend="inprocess"))
+    assert again["session"]["tasks_run"] == 2 and again["totals"]["tasks"] == 5
+    full = run(_cfg(tmp_path, "full.jsonl", tasks=5, workers=2, backend="inprocess"))
+    assert (tmp_path / "r.jsonl").read_text() == (tmp_path / "full.jsonl").read_text()
+    timing = ("oracle_s", "restore_s", "oracle_env_s")
+    assert {k: v for k, v in full["totals"].items() if k not in timing} == {
+        k: v for k, v in again["totals"].items() if k not in timing
+    }
+    with pytest.raises(EnvkitError, match="other settings"):
+        run(_cfg(tmp_path, "r.jsonl", tasks=5, workers=1, backend="inprocess", seed=9))
+
+
+def _rollout(seed=3, steps=6):
+    env = gym.make("envkit/Toy-v0", max_steps=20)
+    obs, info = env.reset(seed=seed)
+    return play(env, RandomAdmissiblePolicy(1), obs, info, task=Task("t", seed), max_steps=steps, record_snapshots=True)
+
+
+def _root_at(tr, t):
+    obs = tr.observations()
+    return Root(0, 0, t, obs[t], tr.snapshot_at(t), tuple(s.action for s in tr.steps[:t]), 20 - t)
+
+
+def test_select_roots_uses_the_recorded_snapshots():
+    tr = _rollout(seed=3, steps=6)
+    roots = select_roots([tr], group=0, config=SeroConfig(horizon=20, roots_per_group=10))
+    assert not tr.success and roots
+    for r in roots:
+        assert r.snapshot is tr.snapshot_at(r.t)
+        assert (r.snapshot is None) == (r.t == tr.length)  # play() records no final snapshot
+
+
+def test_restore_native_into_fresh_env_and_by_verified_replay():
+    tr = _rollout()
+    root = _root_at(tr, 3)
+    job = job_for(root, tr, "envkit/Toy-v0", 20)
+    out = continue_from_root(gym.make("envkit/Toy-v0", max_steps=20), job)
+    assert out.restored_by == "native" and out.success and out.steps[0].observation == root.observation
+    # No snapshot: verified replay from the task seed.
+    job2 = ContinuationJob(root.__class__(**{**root.__dict__, "snapshot": None}), job.replay, "envkit/Toy-v0", 12)
+    out2 = continue_from_root(gym.make("envkit/Toy-v0", max_steps=20), job2)
+    assert out2.restored_by == "replay" and out2.success and out2.steps == out.steps
+    # A recipe whose hashes do not match: the root is dropped and counted as diverged.
+    bad = ReplayState(job.replay.seed, job.replay.options, job.replay.actions, ("0" * 32,) * len(job.replay.hashes))
+    out3 = continue_from_root(gym.make("envkit/Toy-v0", max_steps=20), ContinuationJob(job2.root, bad, "envkit/Toy-v0", 12))
+    assert out3.diverged and not out3.success and out3.restored_by == ""
+
+
+class InstanceBoundToy(ToyEnv):
+    """Like ALFWorld: a native payload is only valid in the instance that took it; elsewhere replay."""
+
+    def _snapshot(self):
+        return (id(self), super()._snapshot())
+
+    def _restore(self, payload, snapshot):
+        owner, inner = payload
+        if owner != id(self):
+            return self.restore_by_replay(snapshot)
+        return super()._restore(inner, snapshot)
+
+
+def test_native_restore_that_falls_back_to_replay_is_counted_as_replay():
+    env = InstanceBoundToy(max_steps=20)
+    obs, info = env.reset(seed=4)
+    tr = play(env, RandomAdmissiblePolicy(2), obs, info, task=Task("t", 4), max_steps=5, record_snapshots=True)
+    root = _root_at(tr, 3)
+    from oracles import sero
+
+    sero._ORACLE_CACHE[("envkit/Toy-v0", "[]")] = sero.make_oracle("envkit/Toy-v0")
+    same = continue_from_root(env, job_for(root, tr, "envkit/Toy-v0", 20))
+    other = continue_from_root(InstanceBoundToy(max_steps=20), job_for(root, tr, "envkit/Toy-v0", 20))
+    assert (same.restored_by, other.restored_by) == ("native", "replay")
+    assert same.steps == other.steps and same.success
+
+
+def test_oracle_refuses_evaluation_envs():
+    tr = _rollout()
+    root = select_roots([tr], group=0, config=SeroConfig(horizon=20))[0]
+    with pytest.raises(EnvkitError, match="evaluation"):
+        continue_from_root(gym.make("envkit/Toy-v0", evaluation=True), job_for(root, tr, "envkit/Toy-v0", 20))
