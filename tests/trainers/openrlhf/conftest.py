@@ -1,0 +1,127 @@
+"""Fixtures of the OpenRLHF backend tests: import stubs for the GPU-only `vllm` and `flash_attn`, helpers.
+
+OpenRLHF 0.11.2 imports `vllm` (CUDA-only wheels) and `flash_attn` (source-only, needs CUDA) at module level,
+so on a CPU machine nothing of it imports. The project's rule allows exactly these two to be import-stubbed.
+The stubs are written as real files into a temporary folder so that local Ray workers can import them too
+(the folder travels to workers through ``runtime_env={"env_vars": {"PYTHONPATH": ...}}``). They exist only
+while a test of THIS folder runs: the fixture removes them from ``sys.path`` and ``sys.modules`` afterwards,
+so no other test of the project ever sees a fake `vllm`.
+
+Everything else is real: openrlhf 0.11.2, ray, deepspeed, transformers, torch, envkit envs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+#: Stub sources. They provide the names OpenRLHF imports at module level and nothing that computes.
+STUB_FILES: dict[str, str] = {
+    "vllm/__init__.py": '''
+"""Import stub of vllm for CPU tests (vllm needs CUDA). Engines cannot be built from it."""
+__version__ = "0.29.0"
+ENVKIT_STUB = True
+
+
+class SamplingParams:
+    """Holds sampling options like vllm.SamplingParams (only the fields OpenRLHF and envkit set)."""
+
+    def __init__(self, n=1, temperature=1.0, top_p=1.0, top_k=-1, max_tokens=16, min_tokens=0,
+                 skip_special_tokens=True, logprobs=None, seed=None, stop=None, **kwargs):
+        self.n, self.temperature, self.top_p, self.top_k = n, temperature, top_p, top_k
+        self.max_tokens, self.min_tokens, self.skip_special_tokens = max_tokens, min_tokens, skip_special_tokens
+        self.logprobs, self.seed, self.stop = logprobs, seed, stop
+        self.extra = dict(kwargs)
+
+    def __repr__(self):
+        return f"SamplingParams({vars(self)})"
+
+
+class AsyncEngineArgs:
+    def __init__(self, *args, **kwargs):
+        self.args, self.kwargs = args, kwargs
+
+
+class AsyncLLMEngine:
+    @classmethod
+    def from_engine_args(cls, engine_args):
+        raise RuntimeError("vllm import stub: no engine can be built on a CPU test machine")
+''',
+    "vllm/inputs.py": '''
+class TokensPrompt(dict):
+    pass
+
+
+class EmbedsPrompt(dict):
+    pass
+''',
+    "vllm/utils.py": '''
+import uuid
+
+
+def random_uuid() -> str:
+    return uuid.uuid4().hex
+''',
+    "flash_attn/__init__.py": '"""Import stub of flash_attn for CPU tests (flash_attn needs CUDA)."""\n__version__ = "2.8.3"\n',
+    "flash_attn/bert_padding.py": '''
+from einops import rearrange  # noqa: F401
+
+
+def _cuda_only(*args, **kwargs):
+    raise RuntimeError("flash_attn import stub: packing/ring attention needs CUDA")
+
+
+index_first_axis = pad_input = unpad_input = _cuda_only
+''',
+    "flash_attn/utils/__init__.py": "",
+    "flash_attn/utils/distributed.py": '''
+def all_gather(*args, **kwargs):
+    raise RuntimeError("flash_attn import stub: needs CUDA")
+''',
+}
+
+_STUBBED = ("vllm", "flash_attn")
+
+
+def write_stubs(root: Path) -> Path:
+    """Write the stub packages under ``root`` and return it."""
+    for rel, src in STUB_FILES.items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(src.lstrip("\n"))
+    return root
+
+
+def _purge(prefixes: tuple[str, ...]) -> None:
+    for name in list(sys.modules):
+        if name.split(".")[0] in prefixes:
+            del sys.modules[name]
+
+
+@pytest.fixture(scope="session")
+def gpu_stub_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A folder holding the `vllm` / `flash_attn` import stubs (not on sys.path by itself)."""
+    return write_stubs(tmp_path_factory.mktemp("gpu_stubs"))
+
+
+@pytest.fixture(autouse=True)
+def gpu_import_stubs(gpu_stub_dir: Path) -> Iterator[Path]:
+    """Put the stubs on sys.path for one test of this folder, then take them (and what imported them) away."""
+    real = [name for name in _STUBBED if name in sys.modules and not getattr(sys.modules[name], "ENVKIT_STUB", 0)]
+    if real:
+        pytest.skip(f"a real {real} is imported; these CPU tests run only where it is stubbed")
+    sys.path.insert(0, str(gpu_stub_dir))
+    old_pp = os.environ.get("PYTHONPATH")
+    try:
+        yield gpu_stub_dir
+    finally:
+        sys.path.remove(str(gpu_stub_dir))
+        if old_pp is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = old_pp
+        _purge(_STUBBED)

@@ -1,0 +1,237 @@
+"""A Gymnasium agent executor for OpenRLHF 0.11.2: one multi-turn episode of an envkit env per rollout.
+
+OpenRLHF's rollout actor calls ``execute(prompt, label, sampling_params, max_length, hf_tokenizer,
+llm_engine)`` once per rollout (``AgentExecutorBase``); `GymAgentExecutor` plays one episode:
+
+- the task comes from the dataset's label: a JSON object ``{"env": ID, "seed": INT, "options": {...},
+  "kwargs": {...}}`` (every key optional; ``env`` defaults to ``--env``) or a bare integer seed;
+- the first observation is inserted into the dataset prompt at ``{obs}`` (or appended when the prompt has no
+  ``{obs}``); env calls run in threads (``asyncio.to_thread``), envs are reused across rollouts;
+- token-in/token-out: the engine gets token ids and returns token ids; earlier turns are never re-tokenised,
+  each env observation is tokenised once and appended (``--feedback-template``);
+- per turn it records the anchor state (the raw observation the action answered), the reward, the env's
+  ``invalid`` flag and the action's token span (`trainers.openrlhf.records.Turn`) for GiGPO/GraphGPO;
+- truncation is reported, never silent: ``record.reason`` is "context" (max_len reached), "max_turns",
+  "env_truncated" or "generation_length" and ``response["truncated"]`` is set.
+
+The response dict is OpenRLHF's (``observation_tokens``, ``action_ranges``, ``reward``, ``scores``, ...) plus the
+record under ``"envkit"``. ``trainers/openrlhf/agent_executor.py`` is the file OpenRLHF loads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+from collections.abc import Mapping
+from copy import deepcopy
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+from openrlhf.utils.agent import AgentExecutorBase
+
+from trainers.openrlhf.config import BackendConfig
+from trainers.openrlhf.records import RESPONSE_KEY, RolloutRecord, RolloutSpec, Turn
+
+
+@dataclass(frozen=True)
+class Task:
+    """One episode's env and reset arguments, parsed from a dataset label."""
+
+    env_id: str
+    seed: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_label(cls, label: Any, config: BackendConfig) -> Task:
+        """Parse a label (JSON object, integer seed, or None) with the config's defaults.
+
+        Raises:
+            ValueError: the label cannot be read or no env id is known.
+        """
+        data: Any = label
+        if isinstance(label, str):
+            text = label.strip()
+            try:
+                data = json.loads(text) if text else {}
+            except json.JSONDecodeError as exc:
+                raise ValueError(
+                    f"task label {label!r} is neither JSON nor an integer seed; write labels as "
+                    '\'{"seed": 3, "options": {...}}\' (and "env": "envkit/<Id>" unless --env is given)'
+                ) from exc
+        if data is None:
+            data = {}
+        if isinstance(data, int) and not isinstance(data, bool):
+            data = {"seed": data}
+        if not isinstance(data, Mapping):
+            raise ValueError(f"task label {label!r}: expected a JSON object or an integer seed")
+        env_id = data.get("env") or config.env_id
+        if not env_id:
+            raise ValueError(f"task label {label!r} names no env and --env was not given")
+        kwargs = {**config.env_kwargs, **dict(data.get("kwargs", {}))}
+        seed = data.get("seed")
+        return cls(str(env_id), None if seed is None else int(seed), dict(data.get("options", {})), kwargs)
+
+    @property
+    def env_key(self) -> str:
+        return json.dumps([self.env_id, self.kwargs], sort_keys=True, default=str)
+
+
+def render_prompt(prompt: str, observation: str) -> str:
+    """The first model input: the observation at ``{obs}`` in the dataset prompt, else appended."""
+    return prompt.replace("{obs}", observation) if "{obs}" in prompt else prompt + observation
+
+
+def clean_action(text: str, tokenizer: Any) -> str:
+    """The action text sent to the env: special tokens (EOS, chat markers) removed, whitespace stripped."""
+    for special in getattr(tokenizer, "all_special_tokens", []) or []:
+        if special:
+            text = text.replace(special, "")
+    return text.strip()
+
+
+def _tokenize(tokenizer: Any, text: str) -> list[int]:
+    return list(tokenizer(text=text, add_special_tokens=False)["input_ids"])
+
+
+def _success(info: Mapping[str, Any]) -> bool:
+    return bool(info.get("success", info.get("won", False)))
+
+
+class GymAgentExecutor(AgentExecutorBase):
+    """OpenRLHF agent executor running envkit (Gymnasium) envs; see the module docstring.
+
+    Args:
+        config: The backend config; by default read from the Ray worker's environment.
+    """
+
+    def __init__(self, config: BackendConfig | None = None) -> None:
+        self.config = config if config is not None else BackendConfig.from_env()
+        self._free: dict[str, list[gym.Env[Any, Any]]] = {}
+
+    # ----- env reuse -----------------------------------------------------------------------------------------
+    async def _acquire(self, task: Task) -> gym.Env[Any, Any]:
+        free = self._free.setdefault(task.env_key, [])
+        if free:
+            return free.pop()
+        return await asyncio.to_thread(gym.make, task.env_id, **task.kwargs)
+
+    def _release(self, task: Task, env: gym.Env[Any, Any]) -> None:
+        self._free.setdefault(task.env_key, []).append(env)
+
+    def close(self) -> None:
+        """Close every cached env."""
+        for envs in self._free.values():
+            for env in envs:
+                env.close()
+        self._free.clear()
+
+    # ----- OpenRLHF's executor API ---------------------------------------------------------------------------
+    async def execute(
+        self,
+        prompt: str,
+        label: Any,
+        sampling_params: Any,
+        max_length: int,
+        hf_tokenizer: Any,
+        llm_engine: Any,
+        images: Any = None,
+    ) -> dict[str, Any]:
+        task = Task.from_label(label, self.config)
+        env = await self._acquire(task)
+        try:
+            return await self._episode(env, task, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine)
+        finally:
+            self._release(task, env)
+
+    async def _episode(
+        self,
+        env: gym.Env[Any, Any],
+        task: Task,
+        prompt: str,
+        label: Any,
+        sampling_params: Any,
+        max_length: int,
+        tokenizer: Any,
+        engine: Any,
+    ) -> dict[str, Any]:
+        obs, info = await asyncio.to_thread(env.reset, seed=task.seed, options=task.options)
+        tokens = _tokenize(tokenizer, render_prompt(prompt, str(obs)))
+        spec = getattr(engine, "spec", None) or RolloutSpec(group="")
+        want_logprobs = getattr(sampling_params, "logprobs", None) is not None
+        logprobs: list[float] | None = [0.0] * len(tokens) if want_logprobs else None
+        action_lps: list[float] = []
+        turns: list[Turn] = []
+        ranges: list[tuple[int, int]] = []
+        total, success, reason, truncated = 0.0, False, "terminated", False
+        if len(tokens) >= max_length:
+            tokens = tokens[-(max_length - 1) :]  # keep the end (OpenRLHF's rule), and say so
+            truncated, reason = True, "context"
+            if logprobs is not None:
+                logprobs = logprobs[-(max_length - 1) :]
+        while True:
+            budget = max_length - len(tokens)
+            if budget <= 0:
+                truncated, reason = True, "context"
+                break
+            if self.config.max_turns and len(turns) >= self.config.max_turns:
+                truncated, reason = True, "max_turns"
+                break
+            params = deepcopy(sampling_params)
+            per_turn = getattr(sampling_params, "max_tokens", None)
+            params.max_tokens = min(per_turn, budget) if per_turn else budget
+            out = (await engine.generate(tokens, params)).outputs[0]
+            action_tokens = list(out.token_ids)
+            action = clean_action(out.text, tokenizer)
+            start, end = len(tokens), len(tokens) + len(action_tokens)
+            state = str(obs)
+            obs, reward, terminated, env_trunc, info = await asyncio.to_thread(env.step, action)
+            total += float(reward)
+            success = _success(info)
+            turns.append(
+                Turn(state, action, float(reward), bool(info.get("invalid", False)), start, end, next_state=str(obs))
+            )
+            ranges.append((start, end))
+            tokens = tokens + action_tokens
+            if logprobs is not None:
+                lps = [float(d[t].logprob) if d and t in d else 0.0 for t, d in zip(action_tokens, out.logprobs or [])]
+                lps += [0.0] * (len(action_tokens) - len(lps))
+                logprobs.extend(lps)
+                action_lps.extend(lps)
+            if terminated or env_trunc:
+                truncated = truncated or bool(env_trunc and not terminated)
+                reason = "env_truncated" if env_trunc and not terminated else "terminated"
+                break
+            if out.finish_reason == "length" and len(tokens) >= max_length:
+                truncated, reason = True, "generation_length"
+                break
+            feedback = _tokenize(tokenizer, self.config.feedback_template.format(obs=obs))
+            tokens = tokens + feedback
+            if logprobs is not None:
+                logprobs.extend([0.0] * len(feedback))
+        mean_lp = sum(action_lps) / len(action_lps) if action_lps else None
+        record = RolloutRecord(
+            spec=spec,
+            turns=tuple(turns),
+            success=success,
+            episode_return=total,
+            truncated=truncated,
+            reason=reason,
+            mean_logprob=mean_lp if mean_lp is None or math.isfinite(mean_lp) else None,
+        )
+        return {
+            "prompt": prompt,
+            "label": label,
+            "images": None,
+            "mm_train_inputs": None,
+            "reward": total,
+            "scores": float(success),
+            "observation_tokens": tokens[:max_length],
+            "action_ranges": ranges,
+            "rollout_log_probs": logprobs[:max_length] if logprobs is not None else None,
+            "truncated": truncated,
+            "extra_logs": {"envkit_success": float(success), "envkit_turns": float(len(turns))},
+            RESPONSE_KEY: record.to_dict(),
+        }

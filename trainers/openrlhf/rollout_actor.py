@@ -1,0 +1,221 @@
+"""The vLLM rollout-actor subclass: per-rollout plans and EDEN's noisy rollouts from prompt embeddings.
+
+`EnvkitRolloutActor` subclasses OpenRLHF 0.11.2's ``RolloutRayActor.__ray_actor_class__`` (the class under its
+``@ray.remote``) and is wrapped again with `ray.remote` by `remote_rollout_actor`:
+
+- with ``--explorer eden`` the engines are built with ``enable_prompt_embeds=True`` (vLLM >= 0.11, V1 engine);
+- ``generate_planned(specs=...)`` runs one agent-executor episode per `RolloutSpec` (temperature, XRPO prefix)
+  and tags each response with its record;
+- a noisy spec's FIRST generation goes through prompt embeddings: the prompt's rows plus ONE extra row
+  ``e~ = e_b + rho * ||e_b|| * eps / sqrt(d)`` (`trainers.explorers.eden.perturb`) where ``e_b`` is the anchor
+  token's row read from the engine's live weights (cached per weight version: every weight update bumps it);
+  the executor still records the CLEAN prompt tokens, so the update never sees the extra position;
+- `EnvkitWorkerWrap` (the engines' worker extension) adds ``envkit_embedding_rows`` to read embedding rows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from copy import deepcopy
+from typing import Any
+
+import numpy as np
+import ray
+import torch
+from openrlhf.trainer.ray.vllm_engine import RolloutRayActor
+from openrlhf.trainer.ray.vllm_worker_wrap import WorkerWrap
+
+from trainers.openrlhf.config import BackendConfig
+from trainers.openrlhf.records import RESPONSE_KEY, RolloutRecord, RolloutSpec
+
+WORKER_EXTENSION = "trainers.openrlhf.rollout_actor.EnvkitWorkerWrap"
+
+
+def embedding_rows(model: Any, token_ids: list[int]) -> torch.Tensor:
+    """(L, d) input-embedding rows of ``token_ids`` from a vLLM or transformers model, on the CPU.
+
+    vLLM models expose ``get_input_embeddings(input_ids)``; transformers models ``get_input_embeddings()``
+    returning the embedding module.
+    """
+    fn = model.get_input_embeddings
+    device = next(model.parameters()).device
+    ids = torch.tensor(token_ids, dtype=torch.long, device=device)
+    takes_ids = len(inspect.signature(fn).parameters) >= 1
+    with torch.no_grad():
+        rows = fn(ids) if takes_ids else fn()(ids)
+    return rows.detach().to("cpu")
+
+
+class EnvkitWorkerWrap(WorkerWrap):
+    """OpenRLHF's vLLM worker extension plus an embedding-row reader for EDEN."""
+
+    def envkit_embedding_rows(self, token_ids: list[int]) -> torch.Tensor:
+        """(L, d) embedding rows of ``token_ids`` from this worker's live model (tensor-parallel safe)."""
+        return embedding_rows(self.model_runner.model, token_ids)  # type: ignore[attr-defined]
+
+
+def engine_kwargs(kwargs: dict[str, Any], config: BackendConfig) -> dict[str, Any]:
+    """The engine kwargs envkit changes: prompt embeddings for EDEN, its worker extension."""
+    out = dict(kwargs)
+    if config.explorer == "eden":
+        out["enable_prompt_embeds"] = True
+        out["worker_extension_cls"] = WORKER_EXTENSION
+    return out
+
+
+class SpecEngine:
+    """What the agent executor sees as ``llm_engine`` for one planned rollout.
+
+    The first ``generate`` of a noisy spec goes through prompt embeddings with EDEN's extra row; every later
+    turn (and every clean spec) is a plain token-prompt generation on the actor.
+    """
+
+    def __init__(self, actor: Any, spec: RolloutSpec) -> None:
+        self.actor = actor
+        self.spec = spec
+        self.calls = 0
+
+    async def generate(self, prompt_token_ids: list[int], sampling_params: Any, multi_modal_data: Any = None) -> Any:
+        self.calls += 1
+        if self.spec.noisy and self.calls == 1:
+            return await self.actor.generate_noisy(prompt_token_ids, sampling_params, self.spec)
+        return await self.actor.generate(prompt_token_ids, sampling_params, multi_modal_data=multi_modal_data)
+
+    async def prompt_logprobs(self, prompt_token_ids: list[int]) -> list[float]:
+        return await self.actor.prompt_logprobs(prompt_token_ids)  # type: ignore[no-any-return]
+
+
+class EnvkitRolloutActor(RolloutRayActor.__ray_actor_class__):  # type: ignore[name-defined,misc]
+    """OpenRLHF's rollout actor with per-rollout plans and EDEN's prompt-embedding generation."""
+
+    async def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.envkit_config = BackendConfig.from_env()
+        self._weight_version = 0
+        self._anchor_rows: dict[tuple[int, int], torch.Tensor] = {}
+        await super().__init__(*args, **engine_kwargs(kwargs, self.envkit_config))
+
+    # ----- weight versions (the anchor rows come from the live weights) -------------------------------------
+    def _bump(self) -> None:
+        self._weight_version += 1
+        self._anchor_rows.clear()
+
+    async def update_weight(self, *args: Any, **kwargs: Any) -> Any:
+        self._bump()
+        return await super().update_weight(*args, **kwargs)
+
+    async def update_weight_cuda_ipc(self, *args: Any, **kwargs: Any) -> Any:
+        self._bump()
+        return await super().update_weight_cuda_ipc(*args, **kwargs)
+
+    # ----- EDEN --------------------------------------------------------------------------------------------
+    async def embedding_rows(self, token_ids: list[int]) -> torch.Tensor:
+        """(L, d) rows from the engine's live weights (rank 0's copy)."""
+        rows = await self.llm.collective_rpc("envkit_embedding_rows", args=(list(token_ids),))
+        return rows[0] if isinstance(rows, list) else rows
+
+    async def anchor_row(self, token_id: int) -> torch.Tensor:
+        """The anchor's embedding row, cached per weight version."""
+        key = (self._weight_version, int(token_id))
+        if key not in self._anchor_rows:
+            self._anchor_rows[key] = (await self.embedding_rows([int(token_id)]))[0]
+        return self._anchor_rows[key]
+
+    async def noisy_prompt_embeds(self, prompt_token_ids: list[int], spec: RolloutSpec) -> torch.Tensor:
+        """(L + 1, d) prompt embeddings: the prompt's rows and EDEN's perturbed anchor row."""
+        from trainers.explorers.eden import perturb
+
+        rows = await self.embedding_rows(prompt_token_ids)
+        anchor = await self.anchor_row(spec.anchor)
+        noisy = perturb(anchor.float().numpy(), 1, spec.rho, np.random.default_rng(spec.seed))[0]
+        extra = torch.as_tensor(noisy, dtype=rows.dtype).unsqueeze(0)
+        return torch.cat([rows, extra], dim=0)
+
+    async def generate_noisy(self, prompt_token_ids: list[int], sampling_params: Any, spec: RolloutSpec) -> Any:
+        """Generate from the prompt embeddings with EDEN's extra row (one output, like `generate`)."""
+        from vllm.utils import random_uuid
+
+        embeds = await self.noisy_prompt_embeds(prompt_token_ids, spec)
+        params = deepcopy(sampling_params)
+        if getattr(params, "max_tokens", None):
+            params.max_tokens = max(1, params.max_tokens - 1)  # the extra position takes one slot of the context
+        final = None
+        async for out in self.llm.generate({"prompt_embeds": embeds}, params, request_id=random_uuid()):
+            final = out
+        return final
+
+    async def prompt_logprobs(self, prompt_token_ids: list[int]) -> list[float]:
+        """Log-prob of every prompt token after the first under the live policy (SERO reachability)."""
+        from vllm import SamplingParams
+
+        params = SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=1.0)
+        out = await self.generate(prompt_token_ids, params)
+        values = []
+        for tok, lp in zip(prompt_token_ids[1:], (out.prompt_logprobs or [None])[1:]):
+            values.append(float(lp[tok].logprob) if lp and tok in lp else 0.0)
+        return values
+
+    # ----- plans -------------------------------------------------------------------------------------------
+    async def generate_planned(
+        self,
+        prompt: str,
+        label: str,
+        sampling_params: Any,
+        max_length: int,
+        hf_tokenizer: Any,
+        specs: list[dict],
+        images: Any = None,
+    ) -> list[dict]:
+        """Run one executor episode per spec; each response carries its record under ``"envkit"``."""
+        return await run_planned(
+            self.executor, self, prompt, label, sampling_params, max_length, hf_tokenizer, specs, images
+        )
+
+
+async def run_planned(
+    executor: Any,
+    actor: Any,
+    prompt: str,
+    label: str,
+    sampling_params: Any,
+    max_length: int,
+    hf_tokenizer: Any,
+    specs: list[dict],
+    images: Any = None,
+) -> list[dict]:
+    """`EnvkitRolloutActor.generate_planned` without the actor (the testable core).
+
+    Each spec runs ``executor.execute`` with a `SpecEngine`, its temperature and its prefix. Responses keep the
+    spec order. An executor that is not envkit's still works: its response gets a record with the spec only.
+    After the group, an executor with ``finish_group`` (envkit's, for SERO) may append oracle responses.
+    """
+    parsed = [RolloutSpec.from_dict(s) for s in specs]
+
+    async def one(spec: RolloutSpec) -> dict:
+        params = deepcopy(sampling_params)
+        if spec.temperature is not None:
+            params.temperature = spec.temperature
+        response: dict = await executor.execute(
+            prompt=spec.prefix + prompt,
+            label=label,
+            sampling_params=params,
+            max_length=max_length,
+            hf_tokenizer=hf_tokenizer,
+            llm_engine=SpecEngine(actor, spec),
+            images=images,
+        )
+        rec = response.get(RESPONSE_KEY)
+        record = RolloutRecord.from_dict(rec) if rec else RolloutRecord(spec=spec)
+        response[RESPONSE_KEY] = RolloutRecord(**{**record.__dict__, "spec": spec}).to_dict()
+        return response
+
+    responses = list(await asyncio.gather(*(one(s) for s in parsed)))
+    finish = getattr(executor, "finish_group", None)
+    if finish is not None:
+        responses.extend(await finish(responses, actor, hf_tokenizer, max_length, sampling_params))
+    return responses
+
+
+def remote_rollout_actor() -> Any:
+    """The Ray actor class to put in place of OpenRLHF's ``RolloutRayActor``."""
+    return ray.remote(EnvkitRolloutActor)

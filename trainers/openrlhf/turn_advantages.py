@@ -1,0 +1,216 @@
+"""Per-turn advantages of one OpenRLHF rollout batch, from envkit's backend-agnostic maths (torch-free).
+
+The experience maker flattens OpenRLHF's micro-batches into `SampleRow`s (one per rollout) and calls
+`compute_turn_advantages`, which picks the estimator (``trainers.advantages``), EDEN's absorb
+(``trainers.explorers.eden``), XRPO's sharpening (``trainers.explorers.xrpo``) and SERO's weights (carried by
+the records' turns), and returns, per row, one advantage and one loss weight per turn plus a keep flag.
+`trainers.openrlhf.experience` then spreads them over the tokens.
+
+Groups are the records' ``spec.group`` (variable sizes: XRPO); a row without a record (OpenRLHF's own samples)
+falls back to OpenRLHF's layout, ``index // n_samples_per_prompt``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from trainers.advantages import (
+    StepTable,
+    gigpo_advantages,
+    graphgpo_advantages,
+    group_advantages,
+    zero_advantage_fraction,
+)
+from trainers.openrlhf.config import BackendConfig
+from trainers.openrlhf.records import RolloutRecord, Turn
+
+
+@dataclass(frozen=True)
+class SampleRow:
+    """One rollout as the experience maker sees it.
+
+    Attributes:
+        index: Position of the rollout in the step's batch (OpenRLHF's ``Experience.index``).
+        reward: OpenRLHF's scalar reward after its length penalties.
+        record: envkit's record, or None for a sample that did not come through envkit's executor.
+        mean_logprob: Mean log-prob of the response tokens under the current policy (XRPO novelty).
+    """
+
+    index: int
+    reward: float
+    record: RolloutRecord | None = None
+    mean_logprob: float = 0.0
+
+    def group(self, n_samples: int) -> Hashable:
+        return self.record.spec.group if self.record is not None else f"idx{self.index // n_samples}"
+
+    @property
+    def noisy(self) -> bool:
+        return bool(self.record is not None and self.record.spec.noisy)
+
+    @property
+    def success(self) -> bool:
+        return bool(self.record.success) if self.record is not None else self.reward > 0
+
+    @property
+    def turns(self) -> tuple[Turn, ...]:
+        return self.record.turns if self.record is not None else ()
+
+
+@dataclass(frozen=True, eq=False)
+class TurnAdvantages:
+    """Result of `compute_turn_advantages`.
+
+    Attributes:
+        per_turn: Per row, (J,) advantages of its J turns ((1,) for a row without turns: the whole response).
+        weights: Per row, (J,) loss weights (SERO reachability x EDEN gamma is folded in ``per_turn`` already;
+            these are applied to the final per-token advantages, see the experience maker).
+        keep: (N,) bool rows that stay in the loss (EDEN drops unselected noisy rollouts).
+        stats: Batch diagnostics (METHODS section 7), floats.
+    """
+
+    per_turn: list[np.ndarray]
+    weights: list[np.ndarray]
+    keep: np.ndarray
+    stats: dict[str, float] = field(default_factory=dict)
+
+
+def _episode_return(row: SampleRow, cfg: BackendConfig) -> float:
+    if cfg.adv.terminal_reward is not None:
+        return float(cfg.adv.terminal_reward) * float(row.success)
+    return row.reward
+
+
+def _step_table(rows: Sequence[SampleRow], groups: list[Hashable], cfg: BackendConfig) -> tuple[StepTable, list[int]]:
+    """The turn table of rows that have turns; returns it with the row index of each table row."""
+    cols: dict[str, list[Any]] = {k: [] for k in ("group", "trajectory", "step", "state", "reward", "invalid")}
+    cols.update({"action": [], "episode_return": [], "success": [], "next_state": []})
+    owner: list[int] = []
+    for i, row in enumerate(rows):
+        for j, turn in enumerate(row.turns):
+            cols["group"].append(groups[i])
+            cols["trajectory"].append(i)
+            cols["step"].append(j)
+            cols["state"].append(turn.state)
+            cols["reward"].append(turn.reward)
+            cols["invalid"].append(turn.invalid)
+            cols["action"].append(turn.action)
+            cols["episode_return"].append(_episode_return(row, cfg))
+            cols["success"].append(row.success)
+            last = j == len(row.turns) - 1
+            nxt = turn.next_state
+            cols["next_state"].append(nxt if nxt is not None else (None if last else row.turns[j + 1].state))
+            owner.append(i)
+    if any(v is None for v in cols["next_state"]):
+        from trainers.graph import TERMINAL_NODE
+
+        cols["next_state"] = [TERMINAL_NODE if v is None else v for v in cols["next_state"]]
+    return StepTable(**cols), owner  # type: ignore[arg-type]
+
+
+def _row_level(rows: Sequence[SampleRow], groups: list[Hashable], cfg: BackendConfig) -> np.ndarray:
+    estimator = "grpo" if cfg.adv.norm == "std" else "grpo_mean"
+    return group_advantages([r.reward for r in rows], groups, estimator, eps=cfg.adv.eps)  # type: ignore[arg-type]
+
+
+def compute_turn_advantages(rows: Sequence[SampleRow], cfg: BackendConfig, step: int = 0) -> TurnAdvantages:
+    """Advantages per row and turn for one rollout batch.
+
+    Args:
+        rows: The batch's rollouts (any order).
+        cfg: The backend config (estimator, explorer, options).
+        step: Training step (XRPO's exploration bonus uses it).
+
+    Returns:
+        `TurnAdvantages`.
+    """
+    n = len(rows)
+    groups = [r.group(cfg.n_samples_per_prompt) for r in rows]
+    turn_counts = [max(len(r.turns), 1) for r in rows]
+    stats: dict[str, float] = {}
+    keep = np.ones(n, dtype=bool)
+    noisy = np.array([r.noisy for r in rows], dtype=bool)
+
+    # 1. The estimator: one value per row (grpo) or per turn (gigpo / graphgpo).
+    per_turn: list[np.ndarray]
+    if cfg.advantage == "grpo" or not any(r.turns for r in rows):
+        if cfg.explorer == "eden" and noisy.any():
+            from trainers.explorers.eden import eden_advantages
+
+            estimator = "grpo" if cfg.adv.norm == "std" else "grpo_mean"
+            res = eden_advantages([r.reward for r in rows], groups, noisy, cfg.eden_config(), estimator)
+            row_adv, keep = res.advantages, res.loss_mask
+            stats.update(res.stats)
+        else:
+            row_adv = _row_level(rows, groups, cfg)
+        row_adv = _xrpo_sharpen(rows, groups, row_adv, cfg)
+        per_turn = [np.full(turn_counts[i], row_adv[i]) for i in range(n)]
+    else:
+        table, owner = _step_table(rows, groups, cfg)
+        a = cfg.adv
+        common = {"episode_stats": a.episode_stats, "norm": a.norm, "invalid_penalty": a.invalid_penalty, "eps": a.eps}
+        if cfg.advantage == "gigpo":
+            adv = gigpo_advantages(table, gamma=a.gamma, omega=a.omega, **common).advantages  # type: ignore[arg-type]
+        else:
+            adv = graphgpo_advantages(
+                table,
+                gamma_g=a.gamma_g,
+                beta_g=a.beta_g,
+                beta_e=a.beta_e,
+                reward_scale=a.reward_scale,
+                **common,  # type: ignore[arg-type]
+            ).advantages
+        per_turn = [np.zeros(turn_counts[i]) for i in range(n)]
+        pos = [0] * n
+        for t, i in enumerate(owner):
+            per_turn[i][pos[i]] = adv[t]
+            pos[i] += 1
+        if cfg.explorer == "eden" and noisy.any():
+            from trainers.explorers.eden import absorb, select_noisy
+
+            ecfg = cfg.eden_config()
+            row_abs = np.array([float(np.mean(np.abs(p))) for p in per_turn])
+            keep = select_noisy(row_abs, noisy, ecfg.top_p)
+            scale, keep = absorb(np.ones(n), noisy, keep, ecfg.gamma)
+            per_turn = [p * scale[i] for i, p in enumerate(per_turn)]
+
+    # 2. SERO: reachability weights of oracle turns (policy turns weigh 1).
+    weights = [np.array([t.weight for t in r.turns]) if r.turns else np.ones(1) for r in rows]
+    oracle = np.array([bool(r.record is not None and r.record.oracle) for r in rows])
+    stats["zero_adv_group_frac"] = zero_advantage_fraction(
+        np.array([float(np.max(np.abs(p))) for p in per_turn]), groups
+    )
+    stats["success_rate"] = float(np.mean([r.success for r in rows])) if n else 0.0
+    stats["truncated_rate"] = float(np.mean([bool(r.record and r.record.truncated) for r in rows])) if n else 0.0
+    if cfg.sero:
+        w_oracle = np.concatenate([weights[i] for i in range(n) if oracle[i]] or [np.zeros(0)])
+        stats["sero_oracle_share"] = float(oracle.mean()) if n else 0.0
+        stats["sero_mean_weight"] = float(w_oracle.mean()) if len(w_oracle) else 0.0
+    if cfg.explorer == "eden":
+        stats["eden_noisy_share"] = float(noisy.mean()) if n else 0.0
+        stats["eden_noisy_kept"] = float((keep & noisy).sum() / max(int(noisy.sum()), 1))
+    if cfg.explorer == "xrpo":
+        sizes = np.bincount(np.unique(np.asarray([str(g) for g in groups]), return_inverse=True)[1])
+        icl = [bool(r.record and r.record.spec.prefix) for r in rows]
+        stats["xrpo_rollouts_min"] = float(sizes.min()) if len(sizes) else 0.0
+        stats["xrpo_rollouts_max"] = float(sizes.max()) if len(sizes) else 0.0
+        stats["xrpo_icl_share"] = float(np.mean(icl)) if n else 0.0
+    return TurnAdvantages(per_turn, weights, keep, stats)
+
+
+def _xrpo_sharpen(
+    rows: Sequence[SampleRow], groups: list[Hashable], row_adv: np.ndarray, cfg: BackendConfig
+) -> np.ndarray:
+    """XRPO's novelty-guided sharpening of correct rollouts' advantages (no-op for other explorers)."""
+    if cfg.explorer != "xrpo":
+        return row_adv
+    from trainers.explorers.xrpo import sharpen
+
+    xcfg = cfg.xrpo_config()
+    correct = np.array([r.success for r in rows], dtype=bool)
+    s = np.array([r.mean_logprob for r in rows], dtype=np.float64)
+    return np.asarray(sharpen(row_adv, correct, s, groups, xcfg), dtype=np.float64)
