@@ -294,7 +294,7 @@ def icl_prompts(
     if not (len(prompts) == len(problem_ids) == len(seed)):
         raise ValueError("prompts, problem_ids and seeded must have the same length")
     out, used = list(prompts), np.zeros(len(prompts), dtype=bool)
-    for p in np.flatnonzero(seed):
+    for p in np.flatnonzero(seed).tolist():
         q = prompts[p] if queries is None else queries[p]
         examples = corpus.retrieve(q, exclude=problem_ids[p])
         if examples:
