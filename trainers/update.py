@@ -1,0 +1,172 @@
+"""One policy-gradient update of the local trainer from a batch of scored rollouts (micro-batched).
+
+The batch is token-level: each row is a prompt (token ids, never re-tokenised), a response (token ids), an
+optional per-token loss flag (multi-turn rows exclude observation tokens), per-token advantages and a per-row
+weight (EDEN's gamma, SERO-style weights; 0 drops a row). The maths is `trainers.losses`:
+``policy_loss`` (clipped surrogate), ``kl_penalty`` against an optional frozen reference model, and the entropy
+bonus, combined by ``combine_loss``. The loss is aggregated over the WHOLE batch (token mean by default) even
+when it is computed in micro-batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from trainers.generation import batch_sequences, score
+from trainers.losses import aggregate, combine_loss, kl_penalty, policy_loss, token_entropy
+
+
+@dataclass
+class TrainBatch:
+    """Rows to learn from (all lists have one entry per row).
+
+    Attributes:
+        prompts: Prompt token ids (the CLEAN prompt: no EDEN extra position).
+        responses: Response token ids (multi-turn: every action and observation token after the first prompt).
+        advantages: Per-token advantages, aligned with `responses`.
+        loss_flags: Per-token 1/0 (0: observation tokens the model did not generate), aligned with `responses`.
+        weights: Per-row loss weight.
+    """
+
+    prompts: list[list[int]]
+    responses: list[list[int]]
+    advantages: list[list[float]]
+    loss_flags: list[list[int]]
+    weights: list[float]
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """Loss settings (METHODS section 1).
+
+    Attributes:
+        eps_low: Lower clip range.
+        eps_high: Upper clip range (> eps_low: clip-higher).
+        agg: ``token_mean``, ``seq_mean`` or ``token_sum_norm`` (Dr. GRPO).
+        kl_coef: beta of the KL-loss against the reference model (0: no reference model is loaded).
+        kl_estimator: ``k1``, ``k2`` or ``k3``.
+        entropy_coef: alpha of the entropy bonus.
+        ppo_epochs: Passes over each batch (1: on-policy, ratio = 1).
+        micro_batch: Rows per forward/backward pass (memory knob; results do not depend on it).
+        max_grad_norm: Gradient clipping (0: off).
+    """
+
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    agg: str = "token_mean"
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    entropy_coef: float = 0.0
+    ppo_epochs: int = 1
+    micro_batch: int = 64
+    max_grad_norm: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.agg not in ("token_mean", "seq_mean", "token_sum_norm"):
+            raise ValueError(f"LossConfig.agg must be token_mean, seq_mean or token_sum_norm, got {self.agg!r}")
+        if self.kl_estimator not in ("k1", "k2", "k3"):
+            raise ValueError(f"LossConfig.kl_estimator must be k1, k2 or k3, got {self.kl_estimator!r}")
+        if self.ppo_epochs < 1 or self.micro_batch < 1:
+            raise ValueError("LossConfig.ppo_epochs and micro_batch must be >= 1")
+
+
+def _chunks(n: int, size: int) -> list[slice]:
+    return [slice(i, min(n, i + size)) for i in range(0, n, size)]
+
+
+def _tensors(batch: TrainBatch, rows: slice, pad: int, device: Any) -> tuple[torch.Tensor, ...]:
+    ids, attn, target = batch_sequences(
+        batch.prompts[rows], batch.responses[rows], pad, device, loss_masks=batch.loss_flags[rows]
+    )
+    adv = torch.zeros_like(target)
+    for i, (p, a) in enumerate(zip(batch.prompts[rows], batch.advantages[rows], strict=True)):
+        adv[i, len(p) - 1 : len(p) - 1 + len(a)] = torch.tensor(a, dtype=adv.dtype)
+    w = torch.tensor(batch.weights[rows], dtype=target.dtype, device=device)
+    return ids, attn, target, adv.to(device), w
+
+
+def update(
+    model: Any, optimizer: Any, batch: TrainBatch, cfg: LossConfig, pad: int, ref_model: Any | None = None
+) -> dict[str, float]:
+    """Run `cfg.ppo_epochs` optimizer steps on `batch`; returns loss statistics (means over the batch)."""
+    device = next(model.parameters()).device
+    rows = _chunks(len(batch), cfg.micro_batch)
+    # Denominator of the whole-batch aggregation, so micro-batches add up to the full-batch loss.
+    flags = [torch.tensor(f, dtype=torch.float32) for f in batch.loss_flags]
+    n_tokens = max(1.0, float(sum(f.sum() for f in flags)))
+    n_rows = max(1, len(batch))
+    norm_len = max((len(r) for r in batch.responses), default=1)
+    old: list[torch.Tensor] = []
+    refs: list[torch.Tensor | None] = []
+    with torch.no_grad():
+        for sl in rows:
+            ids, attn, target, _, _ = _tensors(batch, sl, pad, device)
+            old.append(
+                score(model, ids, attn, target, with_entropy=False).logp if cfg.ppo_epochs > 1 else torch.empty(0)
+            )
+            refs.append(score(ref_model, ids, attn, target, with_entropy=False).logp if ref_model is not None else None)
+    stats: dict[str, float] = {}
+    for _ in range(cfg.ppo_epochs):
+        optimizer.zero_grad(set_to_none=True)
+        sums: dict[str, float] = {}
+        for k, sl in enumerate(rows):
+            ids, attn, target, adv, w = _tensors(batch, sl, pad, device)
+            logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
+            logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1) * target
+            old_logp = old[k] if cfg.ppo_epochs > 1 else logp.detach()
+            weights = w[:, None].expand_as(logp)
+            pg, pg_stats = policy_loss(
+                logp,
+                old_logp,
+                adv,
+                target,
+                eps_low=cfg.eps_low,
+                eps_high=cfg.eps_high,
+                agg=cfg.agg,  # type: ignore[arg-type]
+                token_weights=weights,
+                norm_len=norm_len,
+            )
+            ent = aggregate(token_entropy(logits), target, "token_mean")
+            # Scale the micro-batch aggregate by its share of the whole batch (token count or row count).
+            mb_tokens = float(target.sum())
+            share = mb_tokens / n_tokens if cfg.agg == "token_mean" else (sl.stop - sl.start) / n_rows
+            tok_share = mb_tokens / n_tokens
+            kl = kl_penalty(logp, refs[k], target, estimator=cfg.kl_estimator) if refs[k] is not None else None  # type: ignore[arg-type]
+            total = combine_loss(
+                pg * share,
+                None if kl is None else kl * tok_share,
+                ent * tok_share,
+                beta=cfg.kl_coef if kl is not None else 0.0,
+                alpha=cfg.entropy_coef,
+            )
+            total.backward()
+            kl_val = kl.item() if kl is not None else 0.0
+            for key, val in (("pg_loss", pg.item()), ("entropy", ent.item()), ("kl", kl_val), *pg_stats.items()):
+                sums[key] = sums.get(key, 0.0) + val * tok_share
+        grad_norm = (
+            float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)) if cfg.max_grad_norm else 0.0
+        )
+        optimizer.step()
+        stats = {**sums, "grad_norm": grad_norm}
+    if ref_model is None:
+        stats.pop("kl", None)
+    return stats
+
+
+def mean_logprobs(model: Any, prompts: Sequence[list[int]], responses: Sequence[list[int]], pad: int) -> list[float]:
+    """Mean token log-prob of each response given its prompt (no gradient; XRPO's novelty score s_i)."""
+    device = next(model.parameters()).device
+    out: list[float] = []
+    with torch.no_grad():
+        for sl in _chunks(len(prompts), 64):
+            ids, attn, target = batch_sequences(prompts[sl], responses[sl], pad, device)
+            lp = score(model, ids, attn, target, with_entropy=False).logp
+            out.extend((lp.sum(-1) / target.sum(-1).clamp(min=1)).tolist())
+    return out

@@ -1,0 +1,54 @@
+"""Supervised warm-up (teacher forcing on reference answers) before RL, for tasks that know their answers.
+
+A randomly initialised model solves nothing, so every GRPO group would be all-fail (zero advantage). A short
+warm-up on the task's reference answers brings it to a partly-solving start; explorer comparisons branch every
+arm from the same warm-up checkpoint (FINDINGS, "Models and trainers").
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from trainers.generation import batch_sequences, score
+from trainers.prompts import encode_prompt, encode_text
+from trainers.tasks import Task
+
+
+def sft_warmup(
+    model: Any,
+    tokenizer: Any,
+    task: Task,
+    *,
+    steps: int,
+    batch: int = 64,
+    lr: float = 3e-3,
+    seed: int = 0,
+    progress: bool = True,
+) -> list[float]:
+    """Train on (prompt, answer + EOS) pairs for `steps` AdamW steps; returns the loss per step.
+
+    Raises:
+        ValueError: the task's problems have no reference answers.
+    """
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    rng = np.random.default_rng([seed, 7919])
+    device = next(model.parameters()).device
+    losses = []
+    for _ in tqdm(range(steps), desc="sft warm-up", disable=not progress, leave=False):
+        problems = task.sample(rng, batch)
+        if any(p.answer is None for p in problems):
+            raise ValueError(f"task {task.name!r} has no reference answers: set sft_steps=0")
+        prompts = [encode_prompt(tokenizer, p.prompt, raw=task.raw_prompts) for p in problems]
+        answers = [[*encode_text(tokenizer, str(p.answer)), tokenizer.eos_token_id] for p in problems]
+        ids, attn, target = batch_sequences(prompts, answers, tokenizer.pad_token_id, device)
+        logp = score(model, ids, attn, target, with_entropy=False).logp
+        loss = -logp.sum() / target.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
