@@ -360,7 +360,8 @@ def graphgpo_advantages(
     distances: dict[Hashable, dict[str, int]] = {}
     distance = np.zeros(len(table), dtype=np.int64)
     for gid, rows in table.group_rows().items():
-        graph = build_transition_graph([*table.transitions(rows), *extra.get(gid, ())])
+        own = [(table.state[i], table.action[i], next_nodes[i]) for i in rows.tolist()]
+        graph = build_transition_graph([*own, *extra.get(gid, ())])
         dist = distances_to_success(graph)
         graphs[gid], distances[gid] = graph, dist
         distance[rows] = [dist[next_nodes[i]] for i in rows]

@@ -47,8 +47,9 @@ def aggregate(
     if agg == "token_mean":
         return masked.sum() / m.sum().clamp(min=1.0)
     if agg == "seq_mean":
-        per_seq = masked.sum(-1) / m.sum(-1).clamp(min=1.0)
-        return per_seq.mean() if per_seq.numel() else masked.sum()
+        lengths = m.sum(-1)
+        per_seq = masked.sum(-1) / lengths.clamp(min=1.0)
+        return per_seq.sum() / (lengths > 0).sum().clamp(min=1).to(values.dtype)
     if agg == "token_sum_norm":
         length = values.shape[-1] if norm_len is None else norm_len
         if length <= 0:
@@ -57,9 +58,11 @@ def aggregate(
     raise ValueError(f"unknown agg {agg!r}; choose one of {AGGREGATIONS}")
 
 
-def _masked_mean(x: torch.Tensor, m: torch.Tensor) -> float:
-    n = float(m.sum())
-    return float((x * m).sum()) / n if n > 0 else 0.0
+def _masked_means(xs: dict[str, torch.Tensor], m: torch.Tensor) -> dict[str, float]:
+    """Masked means of several (B, T) tensors with one device sync."""
+    n = m.sum().clamp(min=1.0)
+    values = torch.stack([(x * m).sum() / n for x in xs.values()]).tolist()
+    return dict(zip(xs, (float(v) for v in values)))
 
 
 def policy_loss(
@@ -121,14 +124,17 @@ def policy_loss(
         m = mask.to(logp.dtype)
         high = ((ratio > 1.0 + eps_high) & (adv > 0)).to(logp.dtype)
         low = ((ratio < 1.0 - eps_low) & (adv < 0)).to(logp.dtype)
-        stats = {
-            "clip_fraction": _masked_mean(high + low, m),
-            "clip_fraction_high": _masked_mean(high, m),
-            "clip_fraction_low": _masked_mean(low, m),
-            "ratio_mean": _masked_mean(ratio, m),
-            "approx_kl": _masked_mean(torch.expm1(-log_ratio) + log_ratio, m),
-            "adv_mean": _masked_mean(adv, m),
-        }
+        stats = _masked_means(
+            {
+                "clip_fraction": high + low,
+                "clip_fraction_high": high,
+                "clip_fraction_low": low,
+                "ratio_mean": ratio,
+                "approx_kl": torch.expm1(-log_ratio) + log_ratio,
+                "adv_mean": adv,
+            },
+            m,
+        )
     return loss, stats
 
 
@@ -138,9 +144,12 @@ def kl_per_token(
     """Per-token estimate of KL(pi || pi_ref) from sampled-token log-probs (Schulman's k1/k2/k3).
 
     k1 = logp - ref_logp; k2 = (logp - ref_logp)^2 / 2; k3 = exp(ref_logp - logp) - (ref_logp - logp) - 1 (>= 0).
-    Shapes: (B, T) in and out; the reference is detached.
+    Shapes: (B, T) in and out; the reference is detached. For k3 the log-ratio is clamped to [-20, 20] so that a
+    token the policy has all but ruled out cannot overflow exp.
     """
     log_r = ref_logp.detach().to(logp.dtype) - logp
+    if estimator == "k3":
+        log_r = log_r.clamp(-20.0, 20.0)
     if estimator == "k1":
         return -log_r
     if estimator == "k2":

@@ -120,3 +120,11 @@ def test_combine_and_aggregate():
     m = torch.tensor([[1, 1], [1, 0]])
     assert aggregate(v, m, "token_mean").item() == pytest.approx(2.0)
     assert aggregate(v, m, "seq_mean").item() == pytest.approx((1.5 + 3.0) / 2)
+
+
+def test_seq_mean_ignores_empty_sequences_and_k3_is_finite():
+    v = torch.tensor([[1.0, 3.0], [5.0, 5.0]])
+    m = torch.tensor([[1, 1], [0, 0]])
+    assert aggregate(v, m, "seq_mean").item() == pytest.approx(2.0)
+    far = kl_per_token(torch.tensor([[-200.0]]), torch.tensor([[0.0]]), "k3")
+    assert torch.isfinite(far).all() and far.item() == pytest.approx(math.expm1(20.0) - 20.0, rel=1e-5)
