@@ -161,7 +161,11 @@ def resolve_openrlhf_args(flags: Sequence[str]) -> SimpleNamespace:
     def stop(args: Any) -> Any:
         raise _Stop(args)
 
-    with _patched(openrlhf.utils, "get_strategy", stop), _patched(ray, "is_initialized", lambda: True):
+    with (
+        _patched(openrlhf.utils, "get_strategy", stop),
+        _patched(ray, "is_initialized", lambda: True),
+        contextlib.redirect_stdout(sys.stderr),  # OpenRLHF prints its warnings to stdout; keep ours clean
+    ):
         try:
             _run_module([*flags])
         except _Stop as stopped:

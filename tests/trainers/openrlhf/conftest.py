@@ -12,12 +12,14 @@ Everything else is real: openrlhf 0.11.2, ray, deepspeed, transformers, torch, e
 
 from __future__ import annotations
 
-import os
+import contextlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import torch
 
 #: Stub sources. They provide the names OpenRLHF imports at module level and nothing that computes.
 STUB_FILES: dict[str, str] = {
@@ -51,23 +53,23 @@ class AsyncLLMEngine:
     def from_engine_args(cls, engine_args):
         raise RuntimeError("vllm import stub: no engine can be built on a CPU test machine")
 ''',
-    "vllm/inputs.py": '''
+    "vllm/inputs.py": """
 class TokensPrompt(dict):
     pass
 
 
 class EmbedsPrompt(dict):
     pass
-''',
-    "vllm/utils.py": '''
+""",
+    "vllm/utils.py": """
 import uuid
 
 
 def random_uuid() -> str:
     return uuid.uuid4().hex
-''',
+""",
     "flash_attn/__init__.py": '"""Import stub of flash_attn for CPU tests (flash_attn needs CUDA)."""\n__version__ = "2.8.3"\n',
-    "flash_attn/bert_padding.py": '''
+    "flash_attn/bert_padding.py": """
 from einops import rearrange  # noqa: F401
 
 
@@ -76,12 +78,12 @@ def _cuda_only(*args, **kwargs):
 
 
 index_first_axis = pad_input = unpad_input = _cuda_only
-''',
+""",
     "flash_attn/utils/__init__.py": "",
-    "flash_attn/utils/distributed.py": '''
+    "flash_attn/utils/distributed.py": """
 def all_gather(*args, **kwargs):
     raise RuntimeError("flash_attn import stub: needs CUDA")
-''',
+""",
 }
 
 _STUBBED = ("vllm", "flash_attn")
@@ -102,6 +104,20 @@ def _purge(prefixes: tuple[str, ...]) -> None:
             del sys.modules[name]
 
 
+@contextlib.contextmanager
+def stubs_active(stub_dir: Path) -> Iterator[Path]:
+    """The stubs importable (and the real ones refused) inside the block only."""
+    real = [name for name in _STUBBED if name in sys.modules and not getattr(sys.modules[name], "ENVKIT_STUB", 0)]
+    if real:
+        pytest.skip(f"a real {real} is imported; these CPU tests run only where it is stubbed")
+    sys.path.insert(0, str(stub_dir))
+    try:
+        yield stub_dir
+    finally:
+        sys.path.remove(str(stub_dir))
+        _purge(_STUBBED)
+
+
 @pytest.fixture(scope="session")
 def gpu_stub_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A folder holding the `vllm` / `flash_attn` import stubs (not on sys.path by itself)."""
@@ -111,17 +127,68 @@ def gpu_stub_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(autouse=True)
 def gpu_import_stubs(gpu_stub_dir: Path) -> Iterator[Path]:
     """Put the stubs on sys.path for one test of this folder, then take them (and what imported them) away."""
-    real = [name for name in _STUBBED if name in sys.modules and not getattr(sys.modules[name], "ENVKIT_STUB", 0)]
-    if real:
-        pytest.skip(f"a real {real} is imported; these CPU tests run only where it is stubbed")
-    sys.path.insert(0, str(gpu_stub_dir))
-    old_pp = os.environ.get("PYTHONPATH")
-    try:
+    torch.set_num_threads(1)
+    with stubs_active(gpu_stub_dir):
         yield gpu_stub_dir
-    finally:
-        sys.path.remove(str(gpu_stub_dir))
-        if old_pp is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = old_pp
-        _purge(_STUBBED)
+
+
+# ----- shared real components: a tokenizer trained offline, OpenRLHF's resolved args and strategy -------------
+_CORPUS = [
+    "You are at cell 0 of 8. The goal is cell 3. Reach the goal.",
+    "left right stay teleport jump Invalid action You moved",
+    "0 1 2 3 4 5 6 7 8 9 + = answer The",
+] * 20
+
+
+@pytest.fixture(scope="session")
+def tokenizer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A real byte-level BPE tokenizer (trained here, offline) saved as a transformers folder."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=300, special_tokens=["<eos>", "<pad>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    tok.train_from_iterator(_CORPUS, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>")
+    out = tmp_path_factory.mktemp("tokenizer")
+    fast.save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tokenizer(tokenizer_dir: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(tokenizer_dir))
+
+
+def resolve(flags: list[str]) -> Any:
+    """OpenRLHF's own parser and checks on ``flags`` plus envkit's forced ones (no Ray)."""
+    from trainers.openrlhf.argv import openrlhf_argv
+    from trainers.openrlhf.entry import EXECUTOR_PATH, resolve_openrlhf_args
+
+    return resolve_openrlhf_args(openrlhf_argv(flags, executor_path=EXECUTOR_PATH, explorer="none"))
+
+
+def make_strategy(n: int = 4, extra: tuple[str, ...] = ()) -> Any:
+    """A real DeepspeedStrategy over OpenRLHF's resolved args."""
+    from openrlhf.utils import get_strategy
+
+    flags = ["--rollout.n_samples_per_prompt", str(n), "--actor.model_name_or_path", "unused", *extra]
+    return get_strategy(resolve(flags))
+
+
+@pytest.fixture
+def strategy_factory() -> Any:
+    """``make_strategy(n, extra_flags)``: a real DeepspeedStrategy from OpenRLHF's resolved args."""
+    return make_strategy
+
+
+@pytest.fixture
+def resolve_flags() -> Any:
+    """``resolve(flags)``: OpenRLHF's resolved args for the user's flags (envkit's forced flags added)."""
+    return resolve
