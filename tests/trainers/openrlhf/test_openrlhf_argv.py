@@ -92,8 +92,22 @@ def test_dry_run_goes_through_openrlhfs_real_parser(capsys):
     from trainers.openrlhf.entry import EXECUTOR_PATH, main
 
     rc = main(
-        ["--advantage", "gigpo", "--env", "envkit/Toy-v0", "--adv", "gamma=0.9", "--dry-run", "--"]
-        + ["--rollout.n_samples_per_prompt", "4", "--rollout.batch_size", "2", "--actor.model_name_or_path", "m"]
+        [
+            "--advantage",
+            "gigpo",
+            "--env",
+            "envkit/Toy-v0",
+            "--adv",
+            "gamma=0.9",
+            "--dry-run",
+            "--",
+            "--rollout.n_samples_per_prompt",
+            "4",
+            "--rollout.batch_size",
+            "2",
+            "--actor.model_name_or_path",
+            "m",
+        ]
     )
     assert rc == 0
     out = json.loads(capsys.readouterr().out)
