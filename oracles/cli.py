@@ -26,8 +26,12 @@ from rich.table import Table
 from envkit.errors import EnvkitError
 from oracles.pipeline import DEFAULT_ENV, RunConfig, summarize, summary_path
 
-app = typer.Typer(help="SERO oracle rollouts: restore policy states, continue with the oracle, write training data.",
-                  no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)  # fmt: skip
+app = typer.Typer(
+    help="SERO oracle rollouts: restore policy states, continue with the oracle, write training data.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
 console = Console(stderr=True)
 out_console = Console()
 
@@ -47,8 +51,11 @@ def _check_env(env_id: str) -> None:
 
     if env_id not in gym.registry:
         hint = suggest(env_id)
-        raise _fail(f"unknown environment id {env_id!r}." + (f" Did you mean {hint!r}?" if hint else "")
-                    + f" Known: {', '.join(sorted(ENVS))} (see `envkit-oracle envs`)")  # fmt: skip
+        raise _fail(
+            f"unknown environment id {env_id!r}."
+            + (f" Did you mean {hint!r}?" if hint else "")
+            + f" Known: {', '.join(sorted(ENVS))} (see `envkit-oracle envs`)"
+        )
     entry = ENVS.get(env_id)
     module = str(gym.registry[env_id].entry_point).partition(":")[0]
     try:
@@ -88,27 +95,44 @@ def _kwargs(items: list[str]) -> dict[str, Any]:
 @app.command()
 def rollout(
     env: Annotated[str, typer.Option(help="Registered env id (`envkit-oracle envs` lists them).")] = DEFAULT_ENV,
-    policy: Annotated[str, typer.Option(help="Rollout policy: random | scripted:FILE | hf:PATH[?mode=choose] | "
-                                             "openai:URL#MODEL.")] = "random",  # fmt: skip
-    tasks: Annotated[int, typer.Option(help="Number of tasks (task i resets with a seed derived from --seed, i).")] = 32,
+    policy: Annotated[
+        str, typer.Option(help="Rollout policy: random | scripted:FILE | hf:PATH[?mode=choose] | openai:URL#MODEL.")
+    ] = "random",
+    tasks: Annotated[
+        int, typer.Option(help="Number of tasks (task i resets with a seed derived from --seed, i).")
+    ] = 32,
     group: Annotated[int, typer.Option(help="Rollouts per task (G).")] = 8,
     roots: Annotated[int, typer.Option(help="SERO roots per group (0: policy rollouts only).")] = 2,
-    out: Annotated[str, typer.Option(help="Output file, .parquet or .jsonl (summary: <out>.summary.json).")] = "runs/oracle.parquet",
+    out: Annotated[
+        str, typer.Option(help="Output file, .parquet or .jsonl (summary: <out>.summary.json).")
+    ] = "runs/oracle.parquet",
     workers: Annotated[int, typer.Option(help="Env pool size (parallel envs).")] = 2,
     backend: Annotated[str, typer.Option(help="Env pool backend: inprocess | subprocess | ray.")] = "subprocess",
     seed: Annotated[int, typer.Option(help="Run seed (task seeds, random policy draws).")] = 0,
-    max_steps: Annotated[int | None, typer.Option(help="Episode step budget (default: the env's: WebShop 15, "
-                                                       "ALFWorld 50, SWE 30, Toy 20, others 30).")] = None,  # fmt: skip
-    min_budget: Annotated[int | None, typer.Option(help="A root needs this many steps of budget left (default: "
-                                                        "ALFWorld 20, SWE 8, others 2).")] = None,  # fmt: skip
+    max_steps: Annotated[
+        int | None,
+        typer.Option(
+            help="Episode step budget (default: the env's: WebShop 15, ALFWorld 50, SWE 30, Toy 20, others 30)."
+        ),
+    ] = None,
+    min_budget: Annotated[
+        int | None,
+        typer.Option(
+            help="A root needs this many steps of budget left (default: WebShop 8, ALFWorld 20, SWE 8, others 2)."
+        ),
+    ] = None,
     scorer: Annotated[str, typer.Option(help="Policy scorer for reachability weights: uniform | hf:PATH.")] = "uniform",
-    weighting: Annotated[str, typer.Option(help="l_j: sequence (length-normalised log-lik) | choice (softmax "
-                                                "over the admissible actions).")] = "sequence",  # fmt: skip
+    weighting: Annotated[
+        str,
+        typer.Option(help="l_j: sequence (length-normalised log-lik) | choice (softmax over the admissible actions)."),
+    ] = "sequence",
     gamma_g: Annotated[float | None, typer.Option(help="GraphGPO discount (default: 0.20 WebShop, else 0.10).")] = None,
     p_floor: Annotated[float, typer.Option(help="Reachability weight: per-step likelihood floor.")] = 0.05,
     tau_w: Annotated[float, typer.Option(help="Reachability weight: temperature.")] = 1.0,
     w_min: Annotated[float, typer.Option(help="Reachability weight: minimum.")] = 0.05,
-    env_kwarg: Annotated[list[str] | None, typer.Option(help="Env constructor argument KEY=VALUE (repeatable).")] = None,
+    env_kwarg: Annotated[
+        list[str] | None, typer.Option(help="Env constructor argument KEY=VALUE (repeatable).")
+    ] = None,
     device: Annotated[str, typer.Option(help="Device of model policies/scorers: auto | cpu | cuda.")] = "auto",
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
 ) -> None:
@@ -119,10 +143,28 @@ def rollout(
     from oracles.pipeline import run
 
     try:
-        cfg = RunConfig(env_id=env, env_kwargs=_kwargs(env_kwarg or []), policy=policy, tasks=tasks, group=group,
-                        roots=roots, out=out, workers=workers, backend=backend, seed=seed, max_steps=max_steps,
-                        min_budget=min_budget, scorer=scorer, weighting=weighting, gamma_g=gamma_g, p_floor=p_floor,
-                        tau_w=tau_w, w_min=w_min, device=device, progress=progress)  # fmt: skip
+        cfg = RunConfig(
+            env_id=env,
+            env_kwargs=_kwargs(env_kwarg or []),
+            policy=policy,
+            tasks=tasks,
+            group=group,
+            roots=roots,
+            out=out,
+            workers=workers,
+            backend=backend,
+            seed=seed,
+            max_steps=max_steps,
+            min_budget=min_budget,
+            scorer=scorer,
+            weighting=weighting,
+            gamma_g=gamma_g,
+            p_floor=p_floor,
+            tau_w=tau_w,
+            w_min=w_min,
+            device=device,
+            progress=progress,
+        )
     except ValueError as exc:
         raise _fail(str(exc)) from exc
     _check_env(env)
@@ -140,24 +182,57 @@ def print_summary(summary: dict[str, Any], title: str = "SERO run") -> None:
     table = Table(title=title, show_header=True)
     table.add_column("counter")
     table.add_column("value", justify="right")
-    order = ["tasks", "trajectories", "policy_successes", "success_rate_before", "success_rate_after",
-             "group_success_before", "group_success_after", "zero_adv_before", "zero_adv_after", "roots_tried",
-             "restored_native", "restored_replay", "replay_diverged", "restore_failed", "continued_to_success",
-             "rescued_trajectories", "oracle_steps", "oracle_rows", "mean_reach_weight", "choice_fallbacks",
-             "failed_to_run"]  # fmt: skip
+    order = [
+        "tasks",
+        "trajectories",
+        "policy_successes",
+        "success_rate_before",
+        "success_rate_after",
+        "group_success_before",
+        "group_success_after",
+        "zero_adv_before",
+        "zero_adv_after",
+        "roots_tried",
+        "restored_native",
+        "restored_replay",
+        "replay_diverged",
+        "restore_failed",
+        "continued_to_success",
+        "rescued_trajectories",
+        "oracle_steps",
+        "oracle_rows",
+        "mean_reach_weight",
+        "choice_fallbacks",
+        "failed_to_run",
+    ]
     for k in order:
         if k in tot:
             v = tot[k]
             table.add_row(k, f"{v:.3f}" if isinstance(v, float) else str(v))
     out_console.print(table)
     if tot.get("stop_reasons"):
-        out_console.print(escape("oracle stop reasons: " + ", ".join(f"{k} x{v}" for k, v in tot["stop_reasons"].items())))
+        out_console.print(
+            escape("oracle stop reasons: " + ", ".join(f"{k} x{v}" for k, v in tot["stop_reasons"].items()))
+        )
     if ses:
         t2 = Table(title="this session", show_header=True)
         t2.add_column("measure")
         t2.add_column("value", justify="right")
-        for k in ("tasks_run", "wall_s", "rollout_s", "continue_s", "scoring_s", "credit_s", "io_s",
-                  "policy_steps_per_s", "continuations", "continuations_per_min", "rows", "workers", "backend"):  # fmt: skip
+        for k in (
+            "tasks_run",
+            "wall_s",
+            "rollout_s",
+            "continue_s",
+            "scoring_s",
+            "credit_s",
+            "io_s",
+            "policy_steps_per_s",
+            "continuations",
+            "continuations_per_min",
+            "rows",
+            "workers",
+            "backend",
+        ):
             if k in ses and ses[k] is not None:
                 v = ses[k]
                 t2.add_row(k, f"{v:.2f}" if isinstance(v, float) else str(v))
@@ -195,9 +270,16 @@ def inspect(
 @app.command()
 def export(
     file: Annotated[Path, typer.Argument(help="A run's output (.parquet or .jsonl).")],
-    out: Annotated[Path | None, typer.Option(help="Dataset file, .jsonl or .parquet (default: <file>.<format>.jsonl).")] = None,
-    format: Annotated[str, typer.Option(help="sft (successful episodes as chat messages + weights) | rl (every step "
-                                             "with prompt, completion, advantage, weight).")] = "sft",  # fmt: skip
+    out: Annotated[
+        Path | None, typer.Option(help="Dataset file, .jsonl or .parquet (default: <file>.<format>.jsonl).")
+    ] = None,
+    format: Annotated[
+        str,
+        typer.Option(
+            help="sft (successful episodes as chat messages + weights) | rl (every step "
+            "with prompt, completion, advantage, weight)."
+        ),
+    ] = "sft",
 ) -> None:
     """Write a datasets-loadable SFT or RL dataset (load it with datasets.load_dataset('json', data_files=...))."""
     from oracles.export import export as do_export
@@ -229,7 +311,9 @@ def envs() -> None:
             ok = "yes"
         except ImportError as exc:
             ok = f"no ({type(exc).__name__})"
-        data = "-" if not e.needs_data else f"${e.needs_data}" + (" (set)" if os.environ.get(e.needs_data) else " (unset)")
+        data = (
+            "-" if not e.needs_data else f"${e.needs_data}" + (" (set)" if os.environ.get(e.needs_data) else " (unset)")
+        )
         table.add_row(e.id, e.extra or "-", ok, data, ORACLES.get(e.id, "-"), e.description)
     out_console.print(table)
 

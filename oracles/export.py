@@ -34,8 +34,17 @@ FORMATS = ("sft", "rl")
 
 
 def _step(r: Mapping[str, Any]) -> Step:
-    return Step(r["observation"], r["action"], float(r["reward"]), r["next_observation"], bool(r["terminated"]),
-                bool(r["truncated"]), {}, None, bool(r["is_oracle"]))  # fmt: skip
+    return Step(
+        r["observation"],
+        r["action"],
+        float(r["reward"]),
+        r["next_observation"],
+        bool(r["terminated"]),
+        bool(r["truncated"]),
+        {},
+        None,
+        bool(r["is_oracle"]),
+    )
 
 
 def episodes(records: Sequence[Mapping[str, Any]]) -> dict[tuple[str, int], list[Mapping[str, Any]]]:
@@ -56,7 +65,9 @@ def _turn(r: Mapping[str, Any], history: Sequence[Step], prompt: PromptConfig) -
     return turn_messages(x, prompt)
 
 
-def build_rows(records: Sequence[Mapping[str, Any]], fmt: str = "sft", prompt: PromptConfig | None = None) -> list[dict[str, Any]]:
+def build_rows(
+    records: Sequence[Mapping[str, Any]], fmt: str = "sft", prompt: PromptConfig | None = None
+) -> list[dict[str, Any]]:
     """The dataset rows (see the module docstring)."""
     if fmt not in FORMATS:
         raise EnvkitError(f"unknown export format {fmt!r}; choose one of {', '.join(FORMATS)}")
@@ -73,17 +84,29 @@ def build_rows(records: Sequence[Mapping[str, Any]], fmt: str = "sft", prompt: P
         for r in recs:
             msgs = _turn(r, history, prompt)
             history.append(_step(r))
-            base = {"task_id": task_id, "trajectory": traj, "step": int(r["step"]), "is_oracle": oracle,
-                    "weight": float(r["reach_weight"])}  # fmt: skip
+            base = {
+                "task_id": task_id,
+                "trajectory": traj,
+                "step": int(r["step"]),
+                "is_oracle": oracle,
+                "weight": float(r["reach_weight"]),
+            }
             if fmt == "sft":
                 if success:
                     rows.append({"messages": [*msgs, {"role": "assistant", "content": r["action"]}], **base})
             else:
                 adv = r.get("advantage")
-                rows.append({"prompt": msgs, "completion": r["action"], **base, "reward": float(r["reward"]),
-                             "advantage": None if adv is None else float(adv),
-                             "weighted_advantage": None if adv is None else float(adv) * float(r["reach_weight"]),
-                             "distance": r.get("distance")})  # fmt: skip
+                rows.append(
+                    {
+                        "prompt": msgs,
+                        "completion": r["action"],
+                        **base,
+                        "reward": float(r["reward"]),
+                        "advantage": None if adv is None else float(adv),
+                        "weighted_advantage": None if adv is None else float(adv) * float(r["reach_weight"]),
+                        "distance": r.get("distance"),
+                    }
+                )
     return rows
 
 

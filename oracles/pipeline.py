@@ -32,24 +32,68 @@ from envkit.io import RecordStore, write_parquet
 from envkit.policies import Policy, PolicyInput
 from envkit.pool import EnvFactory, make_pool
 from envkit.rollout import Task, rollout
-from oracles.sero import ContinuationOutcome, SeroConfig, credit_group, job_for, reach_weights, run_continuations
-from oracles.sero import Weighted, select_roots
+from oracles.sero import (
+    ContinuationOutcome,
+    SeroConfig,
+    Weighted,
+    credit_group,
+    job_for,
+    reach_weights,
+    run_continuations,
+    select_roots,
+)
 
 DEFAULT_ENV = "envkit/WebShop-v0"
 #: Episode step budgets (verl-agent's settings where it has them).
-HORIZONS: dict[str, int] = {"envkit/WebShop-v0": 15, "envkit/WebShopBrowser-v0": 15, "envkit/ALFWorld-v0": 50,
-                            "envkit/Toy-v0": 20, "envkit/SWE-v0": 30}  # fmt: skip
+HORIZONS: dict[str, int] = {
+    "envkit/WebShop-v0": 15,
+    "envkit/WebShopBrowser-v0": 15,
+    "envkit/ALFWorld-v0": 50,
+    "envkit/Toy-v0": 20,
+    "envkit/SWE-v0": 30,
+}
 #: Budget a root needs (METHODS: >= 2); long-horizon oracles need more to finish (ours, measured on ALFWorld).
-MIN_BUDGETS: dict[str, int] = {"envkit/ALFWorld-v0": 20, "envkit/SWE-v0": 8}
+MIN_BUDGETS: dict[str, int] = {
+    "envkit/WebShop-v0": 8,
+    "envkit/WebShopBrowser-v0": 8,
+    "envkit/ALFWorld-v0": 20,
+    "envkit/SWE-v0": 8,
+}
 #: GraphGPO distance discounts (METHODS section 3).
 GAMMA_G: dict[str, float] = {"envkit/WebShop-v0": 0.20, "envkit/WebShopBrowser-v0": 0.20}
 STEP_FIELDS = (
-    "env_id", "task_id", "task", "seed", "group", "trajectory", "step", "observation", "action", "reward",
-    "next_observation", "terminated", "truncated", "invalid", "admissible_actions", "success", "is_oracle",
-    "root_id", "root_trajectory", "root_step", "restored_by", "oracle_loglik", "reach_weight", "distance",
-    "distance_before", "step_reward", "graph_advantage", "episode_advantage", "advantage", "weighted_advantage",
+    "env_id",
+    "task_id",
+    "task",
+    "seed",
+    "group",
+    "trajectory",
+    "step",
+    "observation",
+    "action",
+    "reward",
+    "next_observation",
+    "terminated",
+    "truncated",
+    "invalid",
+    "admissible_actions",
+    "success",
+    "is_oracle",
+    "root_id",
+    "root_trajectory",
+    "root_step",
+    "restored_by",
+    "oracle_loglik",
+    "reach_weight",
+    "distance",
+    "distance_before",
+    "step_reward",
+    "graph_advantage",
+    "episode_advantage",
+    "advantage",
+    "weighted_advantage",
     "episode_return",
-)  # fmt: skip
+)
 
 
 @dataclass(frozen=True)
@@ -121,9 +165,16 @@ class RunConfig:
     @property
     def sero(self) -> SeroConfig:
         gamma = self.gamma_g if self.gamma_g is not None else GAMMA_G.get(self.env_id, 0.10)
-        return SeroConfig(roots_per_group=self.roots, min_budget=self.root_budget, horizon=self.horizon,
-                          p_floor=self.p_floor, tau_w=self.tau_w, w_min=self.w_min,
-                          weighting=self.weighting, gamma_g=gamma)  # type: ignore[arg-type]  # fmt: skip
+        return SeroConfig(
+            roots_per_group=self.roots,
+            min_budget=self.root_budget,
+            horizon=self.horizon,
+            p_floor=self.p_floor,
+            tau_w=self.tau_w,
+            w_min=self.w_min,
+            weighting=self.weighting,  # type: ignore[arg-type]
+            gamma_g=gamma,
+        )
 
     def meta(self) -> dict[str, Any]:
         """Settings that determine the records (checked on resume; workers/backend/tasks may change)."""
@@ -161,37 +212,65 @@ class _StableKeys:
 
 
 def _task_records(
-    cfg: RunConfig, index: int, trajs: Sequence[Trajectory], outcomes: Sequence[ContinuationOutcome],
-    weighted: Sequence[Any], credit: tuple[dict[Any, Any], dict[Any, Any]],
-) -> list[dict[str, Any]]:  # fmt: skip
+    cfg: RunConfig,
+    index: int,
+    trajs: Sequence[Trajectory],
+    outcomes: Sequence[ContinuationOutcome],
+    weighted: Sequence[Any],
+    credit: tuple[dict[Any, Any], dict[Any, Any]],
+) -> list[dict[str, Any]]:
     pol, ora = credit
     task_id = f"task-{index}"
-    base = {"env_id": cfg.env_id, "task_id": task_id, "task": index, "seed": task_seed(cfg.seed, index),
-            "group": index}  # fmt: skip
+    base = {"env_id": cfg.env_id, "task_id": task_id, "task": index, "seed": task_seed(cfg.seed, index), "group": index}
     recs: list[dict[str, Any]] = []
 
     def row(traj_id: int, t: int, st: Any, info_before: Mapping[str, Any], success: bool, **extra: Any) -> None:
         c = extra.pop("credit", None)
-        recs.append({**base, "trajectory": traj_id, "step": t, "observation": st.observation, "action": st.action,
-                     "reward": float(st.reward), "next_observation": st.next_observation,
-                     "terminated": st.terminated, "truncated": st.truncated,
-                     "invalid": bool(st.info.get("invalid", False)),
-                     "admissible_actions": [str(a) for a in info_before.get("admissible_actions") or []],
-                     "success": success, "distance": None if c is None else c.distance,
-                     "distance_before": None if c is None else c.distance_before,
-                     "step_reward": None if c is None else c.step_reward,
-                     "graph_advantage": None if c is None else c.graph_advantage,
-                     "episode_advantage": None if c is None else c.episode_advantage,
-                     "advantage": None if c is None else c.advantage,
-                     "episode_return": cfg.sero.terminal_reward * success, **extra})  # fmt: skip
+        recs.append(
+            {
+                **base,
+                "trajectory": traj_id,
+                "step": t,
+                "observation": st.observation,
+                "action": st.action,
+                "reward": float(st.reward),
+                "next_observation": st.next_observation,
+                "terminated": st.terminated,
+                "truncated": st.truncated,
+                "invalid": bool(st.info.get("invalid", False)),
+                "admissible_actions": [str(a) for a in info_before.get("admissible_actions") or []],
+                "success": success,
+                "distance": None if c is None else c.distance,
+                "distance_before": None if c is None else c.distance_before,
+                "step_reward": None if c is None else c.step_reward,
+                "graph_advantage": None if c is None else c.graph_advantage,
+                "episode_advantage": None if c is None else c.episode_advantage,
+                "advantage": None if c is None else c.advantage,
+                "episode_return": cfg.sero.terminal_reward * success,
+                **extra,
+            }
+        )
         r = recs[-1]
         r["weighted_advantage"] = None if r["advantage"] is None else r["advantage"] * r["reach_weight"]
 
     for i, traj in enumerate(trajs):
         info = traj.initial_info
         for t, st in enumerate(traj.steps):
-            row(i, t, st, info, traj.success, credit=pol.get((i, t)), is_oracle=False, root_id="",
-                root_trajectory=-1, root_step=-1, restored_by="", oracle_loglik=None, reach_weight=1.0)  # fmt: skip
+            row(
+                i,
+                t,
+                st,
+                info,
+                traj.success,
+                credit=pol.get((i, t)),
+                is_oracle=False,
+                root_id="",
+                root_trajectory=-1,
+                root_step=-1,
+                restored_by="",
+                oracle_loglik=None,
+                reach_weight=1.0,
+            )
             info = st.info
     k_ok = 0
     for k, (o, w) in enumerate(zip(outcomes, weighted, strict=True)):
@@ -200,42 +279,64 @@ def _task_records(
         info = o.root_info
         rid = f"{task_id}/traj-{o.root.trajectory}/step-{o.root.t}"
         for j, st in enumerate(o.steps):
-            row(len(trajs) + k_ok, o.root.t + j, st, info, True, credit=ora.get((k, j)), is_oracle=True,
-                root_id=rid, root_trajectory=o.root.trajectory, root_step=o.root.t, restored_by=o.restored_by,
-                oracle_loglik=w.loglik[j], reach_weight=w.weights[j])  # fmt: skip
+            row(
+                len(trajs) + k_ok,
+                o.root.t + j,
+                st,
+                info,
+                True,
+                credit=ora.get((k, j)),
+                is_oracle=True,
+                root_id=rid,
+                root_trajectory=o.root.trajectory,
+                root_step=o.root.t,
+                restored_by=o.restored_by,
+                oracle_loglik=w.loglik[j],
+                reach_weight=w.weights[j],
+            )
             info = st.info
         k_ok += 1
     return [{k: r[k] for k in STEP_FIELDS} for r in recs]
 
 
-def _task_stats(trajs: Sequence[Trajectory], outcomes: Sequence[ContinuationOutcome], weighted: Sequence[Any]) -> dict[str, Any]:
+def _task_stats(
+    trajs: Sequence[Trajectory], outcomes: Sequence[ContinuationOutcome], weighted: Sequence[Any]
+) -> dict[str, Any]:
     ok = [t for t in trajs if not t.failed]
     rescued = {o.root.trajectory for o in outcomes if o.success}
     wts = [v for w, o in zip(weighted, outcomes, strict=True) if o.success for v in w.weights]
     return {
-        "trajectories": len(trajs), "failed_to_run": len(trajs) - len(ok), "policy_steps": sum(t.length for t in trajs),
-        "policy_successes": sum(t.success for t in ok), "rescued_trajectories": len(rescued),
-        "roots_tried": len(outcomes), "restored_native": sum(o.restored_by == "native" for o in outcomes),
+        "trajectories": len(trajs),
+        "failed_to_run": len(trajs) - len(ok),
+        "policy_steps": sum(t.length for t in trajs),
+        "policy_successes": sum(t.success for t in ok),
+        "rescued_trajectories": len(rescued),
+        "roots_tried": len(outcomes),
+        "restored_native": sum(o.restored_by == "native" for o in outcomes),
         "restored_replay": sum(o.restored_by == "replay" for o in outcomes),
         "replay_diverged": sum(o.diverged for o in outcomes),
         "restore_failed": sum(not o.restored_by and not o.diverged for o in outcomes),
         "continued_to_success": sum(o.success for o in outcomes),
         "oracle_steps": sum(len(o.steps) for o in outcomes),
         "oracle_rows": sum(len(o.steps) for o in outcomes if o.success),
-        "weight_sum": float(sum(wts)), "choice_fallbacks": sum(w.choice_fallbacks for w in weighted),
+        "weight_sum": float(sum(wts)),
+        "choice_fallbacks": sum(w.choice_fallbacks for w in weighted),
         "group_success_before": any(t.success for t in ok),
         "group_success_after": any(t.success for t in ok) or bool(rescued),
         "zero_adv_before": len({t.success for t in ok}) <= 1,
         "zero_adv_after": len({t.success or i in rescued for i, t in enumerate(trajs) if not t.failed}) <= 1,
         "stop_reasons": dict(Counter(o.reason.split(":")[0][:60] for o in outcomes if not o.success)),
-        "restore_s": sum(o.restore_s for o in outcomes), "oracle_s": sum(o.oracle_s for o in outcomes),
+        "restore_s": sum(o.restore_s for o in outcomes),
+        "oracle_s": sum(o.oracle_s for o in outcomes),
         "oracle_env_s": sum(o.env_s for o in outcomes),
-    }  # fmt: skip
+    }
 
 
 def summarize(stats: Sequence[Mapping[str, Any]], session: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The run summary: counters summed over tasks, derived rates, and this session's timing."""
-    keys = [k for k in (stats[0] if stats else {}) if isinstance(stats[0][k], int | float | bool) and k != "stop_reasons"]
+    keys = [
+        k for k in (stats[0] if stats else {}) if isinstance(stats[0][k], int | float | bool) and k != "stop_reasons"
+    ]
     tot: dict[str, Any] = {k: sum(s[k] for s in stats) for k in keys}
     for k in ("group_success_before", "group_success_after", "zero_adv_before", "zero_adv_after"):
         if k in tot:
@@ -267,8 +368,9 @@ def _write_output(store: RecordStore, path: Path) -> int:
     return len(recs)
 
 
-def run(cfg: RunConfig, *, policy: Policy | None = None, scorer: Any = None,
-        on_chunk: Callable[[int], None] | None = None) -> dict[str, Any]:  # fmt: skip
+def run(
+    cfg: RunConfig, *, policy: Policy | None = None, scorer: Any = None, on_chunk: Callable[[int], None] | None = None
+) -> dict[str, Any]:
     """Run (or resume) a rollout; returns the summary (also written to ``<out>.summary.json``).
 
     Args:
@@ -286,8 +388,8 @@ def run(cfg: RunConfig, *, policy: Policy | None = None, scorer: Any = None,
     pending = [i for i in range(cfg.tasks) if f"task-{i}" not in store.done]
     policy = policy or make_policy(cfg.policy, seed=cfg.seed, device=cfg.device)
     sero = cfg.sero
-    timing = Counter({"rollout_s": 0.0, "continue_s": 0.0, "scoring_s": 0.0, "credit_s": 0.0, "io_s": 0.0})
-    counts = Counter({"tasks_run": 0, "policy_steps": 0, "continuations": 0, "oracle_steps": 0})
+    timing: dict[str, float] = dict.fromkeys(("rollout_s", "continue_s", "scoring_s", "credit_s", "io_s"), 0.0)
+    counts: dict[str, int] = dict.fromkeys(("tasks_run", "policy_steps", "continuations", "oracle_steps"), 0)
     per_chunk = max(1, -(-2 * cfg.workers // cfg.group))
     bar = _progress(cfg.progress, len(pending), cfg.tasks - len(pending))
     if pending:
@@ -300,13 +402,22 @@ def run(cfg: RunConfig, *, policy: Policy | None = None, scorer: Any = None,
                 t0 = time.perf_counter()
                 tasks = [Task(f"task-{i}", task_seed(cfg.seed, i)) for i in idx for _ in range(cfg.group)]
                 keys = [i * cfg.group + g for i in idx for g in range(cfg.group)]
-                trajs = rollout(_StableKeys(policy, keys), pool, tasks, env_id=cfg.env_id, max_steps=sero.horizon,
-                                record_snapshots=snaps)  # fmt: skip
+                trajs = rollout(
+                    _StableKeys(policy, keys),
+                    pool,
+                    tasks,
+                    env_id=cfg.env_id,
+                    max_steps=sero.horizon,
+                    record_snapshots=snaps,
+                )
                 groups = [trajs[k * cfg.group : (k + 1) * cfg.group] for k in range(len(idx))]
                 t1 = time.perf_counter()
                 roots = [select_roots(g, group=i, config=sero) for i, g in zip(idx, groups, strict=True)]
-                jobs = [job_for(r, g[r.trajectory], cfg.env_id, sero.horizon) for g, rs in zip(groups, roots, strict=True)
-                        for r in rs]  # fmt: skip
+                jobs = [
+                    job_for(r, g[r.trajectory], cfg.env_id, sero.horizon)
+                    for g, rs in zip(groups, roots, strict=True)
+                    for r in rs
+                ]
                 outs = run_continuations(pool, jobs)
                 t2 = time.perf_counter()
                 per_task: list[list[ContinuationOutcome]] = []
@@ -318,8 +429,12 @@ def run(cfg: RunConfig, *, policy: Policy | None = None, scorer: Any = None,
                 t_score = t_credit = 0.0
                 for i, g, os_ in zip(idx, groups, per_task, strict=True):
                     ts = time.perf_counter()
-                    ws = [reach_weights(scorer, g[o.root.trajectory].steps[: o.root.t], o, sero, f"task-{i}")
-                          if o.success else Weighted((), ()) for o in os_]  # fmt: skip
+                    ws = [
+                        reach_weights(scorer, g[o.root.trajectory].steps[: o.root.t], o, sero, f"task-{i}")
+                        if o.success
+                        else Weighted((), ())
+                        for o in os_
+                    ]
                     tc = time.perf_counter()
                     credit = credit_group(g, os_, sero)
                     t_score += tc - ts
@@ -330,10 +445,21 @@ def run(cfg: RunConfig, *, policy: Policy | None = None, scorer: Any = None,
                 for unit, recs in units:
                     store.append(unit, recs)
                 t4 = time.perf_counter()
-                timing.update({"rollout_s": t1 - t0, "continue_s": t2 - t1, "scoring_s": t_score,
-                               "credit_s": t_credit, "io_s": t4 - t3})  # fmt: skip
-                counts.update({"tasks_run": len(idx), "policy_steps": sum(t.length for t in trajs),
-                               "continuations": len(jobs), "oracle_steps": sum(len(o.steps) for o in outs)})  # fmt: skip
+                for k, v in (
+                    ("rollout_s", t1 - t0),
+                    ("continue_s", t2 - t1),
+                    ("scoring_s", t_score),
+                    ("credit_s", t_credit),
+                    ("io_s", t4 - t3),
+                ):
+                    timing[k] += v
+                for k, n in (
+                    ("tasks_run", len(idx)),
+                    ("policy_steps", sum(t.length for t in trajs)),
+                    ("continuations", len(jobs)),
+                    ("oracle_steps", sum(len(o.steps) for o in outs)),
+                ):
+                    counts[k] += n
                 if bar is not None:
                     bar[0].update(bar[1], advance=len(idx))
                 if on_chunk is not None:
@@ -344,10 +470,16 @@ def run(cfg: RunConfig, *, policy: Policy | None = None, scorer: Any = None,
     n_rows = _write_output(store, out)
     timing["io_s"] += time.perf_counter() - t5
     wall = time.perf_counter() - t_start
-    session = {**dict(timing), **dict(counts), "wall_s": wall, "rows": n_rows,
-               "continuations_per_min": 60 * counts["continuations"] / timing["continue_s"] if timing["continue_s"] else None,
-               "policy_steps_per_s": counts["policy_steps"] / timing["rollout_s"] if timing["rollout_s"] else None,
-               "workers": cfg.workers, "backend": cfg.backend}  # fmt: skip
+    session = {
+        **dict(timing),
+        **dict(counts),
+        "wall_s": wall,
+        "rows": n_rows,
+        "continuations_per_min": 60 * counts["continuations"] / timing["continue_s"] if timing["continue_s"] else None,
+        "policy_steps_per_s": counts["policy_steps"] / timing["rollout_s"] if timing["rollout_s"] else None,
+        "workers": cfg.workers,
+        "backend": cfg.backend,
+    }
     stats = [r["__stats__"] for r in store.records() if "__stats__" in r]
     summary = summarize(stats, session)
     summary["settings"] = {**cfg.meta(), "out": str(out), "tasks": cfg.tasks}

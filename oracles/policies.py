@@ -254,4 +254,3 @@ def make_policy(spec: str, *, seed: int = 0, device: str = "auto") -> Policy:
     except TypeError as exc:  # an unknown option name
         raise EnvkitError(f"bad options in policy spec {spec!r}: {exc}") from exc
     raise EnvkitError(f"unknown policy spec {spec!r}; use one of: {POLICY_SPECS}")
-

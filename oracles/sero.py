@@ -277,15 +277,24 @@ def _restore(env: gym.Env[Any, Any], job: ContinuationJob) -> tuple[str, Any, di
             if job.replay is None:
                 raise
     if job.replay is None:
-        raise SnapshotError("the root has neither a snapshot nor a replay recipe (its episode was reset without a seed)")
+        raise SnapshotError(
+            "the root has neither a snapshot nor a replay recipe (its episode was reset without a seed)"
+        )
     obs, info = replay(env, job.replay)
     return "replay", obs, info
 
 
 def continue_from_root(env: gym.Env[Any, Any], job: ContinuationJob) -> ContinuationOutcome:
     """Restore `job.root` in `env` and let the env's oracle continue (run it in a worker: pool ``call``)."""
-    root = Root(job.root.group, job.root.trajectory, job.root.t, job.root.observation, None, job.root.actions,
-                job.root.budget_left)  # fmt: skip
+    root = Root(
+        job.root.group,
+        job.root.trajectory,
+        job.root.t,
+        job.root.observation,
+        None,
+        job.root.actions,
+        job.root.budget_left,
+    )
     t0 = time.perf_counter()
     try:
         kind, obs, raw_info = _restore(env, job)
@@ -304,9 +313,17 @@ def continue_from_root(env: gym.Env[Any, Any], job: ContinuationJob) -> Continua
     run = run_oracle(env, timed, obs, info, max_steps=job.max_steps)
     total = time.perf_counter() - t1
     return ContinuationOutcome(
-        root, kind, False, run.steps, run.success and bool(run.steps), run.reason or ("" if run.steps else "no steps"),
-        info, restore_s, timed.seconds, max(0.0, total - timed.seconds),
-    )  # fmt: skip
+        root,
+        kind,
+        False,
+        run.steps,
+        run.success and bool(run.steps),
+        run.reason or ("" if run.steps else "no steps"),
+        info,
+        restore_s,
+        timed.seconds,
+        max(0.0, total - timed.seconds),
+    )
 
 
 def job_for(root: Root, traj: Trajectory, env_id: str, horizon: int, **oracle_kwargs: Any) -> ContinuationJob:
@@ -331,8 +348,15 @@ def run_continuations(
                 out[i] = res.value
             else:
                 last = res.error.strip().splitlines()[-1] if res.error.strip() else "unknown error"
-                root = Root(job.root.group, job.root.trajectory, job.root.t, job.root.observation, None,
-                            job.root.actions, job.root.budget_left)  # fmt: skip
+                root = Root(
+                    job.root.group,
+                    job.root.trajectory,
+                    job.root.t,
+                    job.root.observation,
+                    None,
+                    job.root.actions,
+                    job.root.budget_left,
+                )
                 out[i] = ContinuationOutcome(root, "", reason=f"worker error: {last}")
         if on_done is not None:
             on_done(len(wave))
@@ -358,8 +382,14 @@ class Weighted:
 
 def oracle_turns(prefix: Sequence[Step], outcome: ContinuationOutcome, task_id: str) -> list[PolicyInput]:
     """The policy's view of each oracle step: observation, info before the action, history so far."""
-    history = [s if s.snapshot is None else Step(s.observation, s.action, s.reward, s.next_observation,
-               s.terminated, s.truncated, s.info, None, s.is_oracle) for s in prefix]  # fmt: skip
+    history = [
+        s
+        if s.snapshot is None
+        else Step(
+            s.observation, s.action, s.reward, s.next_observation, s.terminated, s.truncated, s.info, None, s.is_oracle
+        )
+        for s in prefix
+    ]
     turns = []
     info = outcome.root_info
     for st in outcome.steps:
@@ -432,15 +462,36 @@ def credit_group(
     Returns:
         (policy rows keyed (trajectory, step), oracle rows keyed (continuation index, oracle step index)).
     """
-    cols: dict[str, list[Any]] = {k: [] for k in ("group", "trajectory", "step", "state", "reward", "invalid",
-                                                "next_state", "action", "episode_return", "success")}  # fmt: skip
+    cols: dict[str, list[Any]] = {
+        k: []
+        for k in (
+            "group",
+            "trajectory",
+            "step",
+            "state",
+            "reward",
+            "invalid",
+            "next_state",
+            "action",
+            "episode_return",
+            "success",
+        )
+    }
     keys: list[tuple[str, int, int]] = []
 
     def add(tid: Any, t: int, st: Step, success: bool, key: tuple[str, int, int]) -> None:
-        for name, value in (("group", 0), ("trajectory", tid), ("step", t), ("state", st.observation),
-                            ("reward", st.reward), ("invalid", bool(st.info.get("invalid", False))),
-                            ("next_state", st.next_observation), ("action", st.action),
-                            ("episode_return", config.terminal_reward * success), ("success", success)):  # fmt: skip
+        for name, value in (
+            ("group", 0),
+            ("trajectory", tid),
+            ("step", t),
+            ("state", st.observation),
+            ("reward", st.reward),
+            ("invalid", bool(st.info.get("invalid", False))),
+            ("next_state", st.next_observation),
+            ("action", st.action),
+            ("episode_return", config.terminal_reward * success),
+            ("success", success),
+        ):
             cols[name].append(value)
         keys.append(key)
 

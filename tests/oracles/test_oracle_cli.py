@@ -28,12 +28,42 @@ def test_help_documents_every_option_with_its_default():
     res = runner.invoke(app, ["rollout", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
     assert res.exit_code == 0
     text = _plain(res.output)
-    for opt in ("--env", "--policy", "--tasks", "--group", "--roots", "--out", "--workers", "--backend", "--seed",
-                "--max-steps", "--min-budget", "--scorer", "--weighting", "--gamma-g", "--p-floor", "--tau-w",
-                "--w-min", "--env-kwarg", "--device", "--progress"):
+    for opt in (
+        "--env",
+        "--policy",
+        "--tasks",
+        "--group",
+        "--roots",
+        "--out",
+        "--workers",
+        "--backend",
+        "--seed",
+        "--max-steps",
+        "--min-budget",
+        "--scorer",
+        "--weighting",
+        "--gamma-g",
+        "--p-floor",
+        "--tau-w",
+        "--w-min",
+        "--env-kwarg",
+        "--device",
+        "--progress",
+    ):
         assert opt in text, opt
-    for default in ("envkit/WebShop-v0", "default: random", "default: 32", "default: 8", "default: 2",
-                    "runs/oracle.parquet", "subprocess", "uniform", "sequence", "0.05", "WebShop 15"):
+    for default in (
+        "envkit/WebShop-v0",
+        "default: random",
+        "default: 32",
+        "default: 8",
+        "default: 2",
+        "runs/oracle.parquet",
+        "subprocess",
+        "uniform",
+        "sequence",
+        "0.05",
+        "WebShop 15",
+    ):
         assert default in text, default
 
 
@@ -53,22 +83,28 @@ def test_help_documents_every_option_with_its_default():
 def test_bad_input_gives_clear_errors(tmp_path, args, message):
     if "--out" not in args:
         args = [*args, "--out", str(tmp_path / "o.parquet")]
-    res = runner.invoke(app, ["rollout", *args, "--tasks", "1", "--no-progress"] if "--tasks" not in args
-                        else ["rollout", *args, "--no-progress"], env={"COLUMNS": "200"})
+    res = runner.invoke(
+        app,
+        ["rollout", *args, "--tasks", "1", "--no-progress"]
+        if "--tasks" not in args
+        else ["rollout", *args, "--no-progress"],
+        env={"COLUMNS": "200"},
+    )
     assert res.exit_code == 2, res.output
     assert message in _plain(res.output), res.output
 
 
 def test_missing_extra_names_the_install(monkeypatch):
-    import envkit.registration as reg
-    from envkit.registration import EnvEntry
-
     # An id whose domain module cannot be imported here: the error names the extra to install.
     import gymnasium as gym
 
+    import envkit.registration as reg
+    from envkit.registration import EnvEntry
+
     gym.register(id="envkit/Missing-v0", entry_point="envs.not_installed_domain:Env")
-    monkeypatch.setitem(reg.ENVS, "envkit/Missing-v0", EnvEntry("envkit/Missing-v0", "envs.not_installed_domain:Env",
-                                                                "missing", "test"))
+    monkeypatch.setitem(
+        reg.ENVS, "envkit/Missing-v0", EnvEntry("envkit/Missing-v0", "envs.not_installed_domain:Env", "missing", "test")
+    )
     try:
         res = runner.invoke(app, ["rollout", "--env", "envkit/Missing-v0", "--no-progress"], env={"COLUMNS": "200"})
     finally:
@@ -87,8 +123,25 @@ def test_rollout_inspect_export_and_datasets_load(tmp_path):
     import datasets
 
     out = tmp_path / "run.parquet"
-    res = runner.invoke(app, ["rollout", *TOY, "--tasks", "4", "--group", "4", "--out", str(out), "--workers", "2",
-                              "--backend", "inprocess", "--no-progress"], env={"COLUMNS": "200"})
+    res = runner.invoke(
+        app,
+        [
+            "rollout",
+            *TOY,
+            "--tasks",
+            "4",
+            "--group",
+            "4",
+            "--out",
+            str(out),
+            "--workers",
+            "2",
+            "--backend",
+            "inprocess",
+            "--no-progress",
+        ],
+        env={"COLUMNS": "200"},
+    )
     assert res.exit_code == 0, res.output
     assert "continued_to_success" in res.output
     summary = json.loads((tmp_path / "run.parquet.summary.json").read_text())
@@ -114,13 +167,30 @@ def test_rollout_inspect_export_and_datasets_load(tmp_path):
 
 @pytest.mark.slow
 def test_sigkill_and_resume_gives_the_identical_file(tmp_path):
-    args = [*TOY, "--env-kwarg", "step_delay=0.004", "--tasks", "10", "--group", "4", "--workers", "2",
-            "--backend", "subprocess", "--no-progress"]
+    args = [
+        *TOY,
+        "--env-kwarg",
+        "step_delay=0.004",
+        "--tasks",
+        "10",
+        "--group",
+        "4",
+        "--workers",
+        "2",
+        "--backend",
+        "subprocess",
+        "--no-progress",
+    ]
     cmd = [sys.executable, "-m", "oracles.cli", "rollout", *args]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     killed = tmp_path / "killed.parquet"
-    proc = subprocess.Popen([*cmd, "--out", str(killed)], env=env, start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [*cmd, "--out", str(killed)],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     journal = tmp_path / "killed.parquet.journal.jsonl"
     deadline = time.time() + 60
     while time.time() < deadline:

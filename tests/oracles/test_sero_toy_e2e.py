@@ -22,8 +22,9 @@ TOY = {"env_id": "envkit/Toy-v0", "env_kwargs": {"max_steps": 10}, "max_steps": 
 
 
 def _cfg(tmp_path, name, **kw):
-    return RunConfig(**{**TOY, "tasks": 6, "group": 4, "roots": 2, "progress": False,
-                        "out": str(tmp_path / name), **kw})
+    return RunConfig(
+        **{**TOY, "tasks": 6, "group": 4, "roots": 2, "progress": False, "out": str(tmp_path / name), **kw}
+    )
 
 
 def test_random_fails_and_sero_rescues_in_subprocess_workers(tmp_path):
@@ -47,7 +48,9 @@ def test_random_fails_and_sero_rescues_in_subprocess_workers(tmp_path):
         assert rows[0]["reach_weight"] == 1.0 and rows[-1]["distance"] == 0
         assert rows[0]["step"] == rows[0]["root_step"]
         # the oracle continues from exactly the state the policy reached
-        prefix = [r for r in recs if r["task_id"] == rows[0]["task_id"] and r["trajectory"] == rows[0]["root_trajectory"]]
+        prefix = [
+            r for r in recs if r["task_id"] == rows[0]["task_id"] and r["trajectory"] == rows[0]["root_trajectory"]
+        ]
         assert {p["step"]: p["observation"] for p in prefix}[rows[0]["root_step"]] == rows[0]["observation"]
         # its earlier policy states now have a path to SUCCESS: the step into the root is at most K from it
         into_root = [p for p in prefix if p["step"] == rows[0]["root_step"] - 1]
@@ -111,7 +114,9 @@ def test_restore_native_into_fresh_env_and_by_verified_replay():
     assert out2.restored_by == "replay" and out2.success and out2.steps == out.steps
     # A recipe whose hashes do not match: the root is dropped and counted as diverged.
     bad = ReplayState(job.replay.seed, job.replay.options, job.replay.actions, ("0" * 32,) * len(job.replay.hashes))
-    out3 = continue_from_root(gym.make("envkit/Toy-v0", max_steps=20), ContinuationJob(job2.root, bad, "envkit/Toy-v0", 12))
+    out3 = continue_from_root(
+        gym.make("envkit/Toy-v0", max_steps=20), ContinuationJob(job2.root, bad, "envkit/Toy-v0", 12)
+    )
     assert out3.diverged and not out3.success and out3.restored_by == ""
 
 
