@@ -1,0 +1,6 @@
+"""Code verifier env (``envkit/Code-v0``): problems with tests, checked in a warm, isolated fork-server sandbox.
+
+Modules: `data` (HumanEval / MBPP problems), `forkserver` (the sandbox server, stdlib only), `sandbox`
+(`Sandbox` client), `verifier` (`CodeVerifier.verify_many`), `env` (`CodeEnv`).
+Importing this package imports nothing heavy.
+"""
