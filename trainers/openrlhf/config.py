@@ -209,10 +209,15 @@ class BackendConfig:
 
     # ----- explorer configs (built lazily: trainers.explorers is imported only when used) -------------------
     def eden_config(self) -> Any:
-        """``trainers.explorers.eden.EdenConfig`` with this config's overrides."""
+        """``trainers.explorers.eden.EdenConfig`` with this config's overrides.
+
+        Defaults that follow the run: ``group_size`` = n_samples_per_prompt, ``n_noisy`` = a quarter of it (the
+        paper's 4 of 16), ``n_anchors`` = the bank's size.
+        """
         from trainers.explorers.eden import EdenConfig
 
-        overrides = {"group_size": self.n_samples_per_prompt, "n_anchors": max(len(self.eden_anchors), 1)}
+        n = self.n_samples_per_prompt
+        overrides = {"group_size": n, "n_noisy": max(1, n // 4), "n_anchors": max(len(self.eden_anchors), 1)}
         overrides.update(self.eden)
         return EdenConfig(**overrides)
 
