@@ -43,6 +43,10 @@ from typing import Any
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWNET = 0x40000000
+CLONE_NEWIPC = 0x08000000
+IPC_RMID = 0
+#: Per-namespace SysV IPC limits: at most 64 MiB per shm segment, 256 MiB in all, few queues.
+IPC_LIMITS = {"shmmax": 64 << 20, "shmall": (256 << 20) // 4096, "shmmni": 64, "msgmni": 16, "msgmnb": 16384}
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
@@ -73,8 +77,9 @@ def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: s
 
 def isolate(work_root: str, tmpfs_mb: int) -> dict[str, Any]:
     """Enter new network + mount namespaces, make every mount read-only, mount a tmpfs on `work_root`."""
-    report: dict[str, Any] = {"root": os.geteuid() == 0, "netns": False, "readonly_fs": False, "uid_drop": False}
-    if os.geteuid() != 0:
+    root = os.geteuid() == 0
+    report: dict[str, Any] = {"root": root, "netns": False, "readonly_fs": False, "uid_drop": root, "ipcns": False}
+    if not root:
         report["why"] = "not root: cannot create namespaces or switch to unprivileged uids"
         return report
     try:
@@ -83,7 +88,14 @@ def isolate(work_root: str, tmpfs_mb: int) -> dict[str, Any]:
         report["why"] = str(exc)
         return report
     report["netns"] = True
-    report["uid_drop"] = True
+    try:  # a private SysV IPC namespace with small limits (segments outlive processes: removed after checks)
+        _check(_libc.unshare(CLONE_NEWIPC), "unshare(CLONE_NEWIPC)")
+        for name, value in IPC_LIMITS.items():
+            with open(f"/proc/sys/kernel/{name}", "w") as f:
+                f.write(str(value))
+        report["ipcns"] = True
+    except OSError as exc:
+        report["ipc_why"] = str(exc)
     _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
     failed = []
     with open("/proc/self/mountinfo") as f:
@@ -113,6 +125,22 @@ def isolate(work_root: str, tmpfs_mb: int) -> dict[str, Any]:
         report["readonly_fs"] = True
     report["ro_failures"] = failed[:10]
     return report
+
+
+def remove_ipc_objects() -> int:
+    """Remove every SysV shared memory segment, message queue and semaphore set of this IPC namespace."""
+    removed = 0
+    for kind, ctl in (("shm", _libc.shmctl), ("msg", _libc.msgctl), ("sem", _libc.semctl)):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            ipc_id = int(row.split()[1])
+            ok = ctl(ipc_id, 0, IPC_RMID) == 0 if kind == "sem" else ctl(ipc_id, IPC_RMID, None) == 0
+            removed += ok
+    return removed
 
 
 def _expose(paths: list[str], work_root: str) -> list[str]:
@@ -463,6 +491,8 @@ class Server:
         if not clean_exit:  # a clean exit already ran kill(-1) as the slot's uid itself
             self._cleanup_uid(self.slots[job.slot])
         self._reap()
+        if self.isolation.get("ipcns"):
+            remove_ipc_objects()
         shutil.rmtree(job.workdir, ignore_errors=True)
         del self.jobs[job.pid]
         self.free.append(job.slot)

@@ -154,6 +154,7 @@ class Sandbox:
         self._log: IO[bytes] | None = None
         self._lock = threading.Lock()
         self._counter = 0
+        self._pid = os.getpid()
         self.isolation: dict[str, Any] = {}
         self.restarts = 0
 
@@ -170,6 +171,7 @@ class Sandbox:
             "--output-limit", str(c.output_limit), "--preload", c.preload,
         ]  # fmt: skip
         self._proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log)
+        self._pid = os.getpid()
         try:
             hello = self._recv()
         except WorkerCrashedError as exc:
@@ -186,8 +188,11 @@ class Sandbox:
             )
 
     def close(self) -> None:
-        """Stop the server (idempotent)."""
+        """Stop the server (idempotent; in a forked child it only forgets the parent's server)."""
         proc, self._proc = self._proc, None
+        if self._pid != os.getpid():
+            self._log = None
+            return
         if proc is not None:
             try:
                 if proc.stdin:
@@ -258,6 +263,9 @@ class Sandbox:
                 return self._run_many(jobs)
 
     def _run_many(self, jobs: Sequence[Job]) -> list[RunResult]:
+        if self._proc is not None and self._pid != os.getpid():
+            # This process was forked from the one that started the server: the pipes belong to the parent.
+            self._proc, self._log = None, None
         if self._proc is None or self._proc.poll() is not None:
             self.close()
             self.start()

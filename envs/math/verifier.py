@@ -138,6 +138,7 @@ class MathVerifier:
         self._closed = False
         self._zygote: subprocess.Popen[bytes] | None = None
         self._control: socket.socket | None = None
+        self._pid = os.getpid()
 
     # ----- worker management -------------------------------------------------------------------------
     def _start_zygote(self) -> None:
@@ -202,6 +203,8 @@ class MathVerifier:
     def _ensure_workers(self) -> None:
         if self._closed:
             raise RuntimeError("this MathVerifier is closed; make a new one")
+        if self._pid != os.getpid():  # forked from the process that owns the workers: start our own
+            self._workers, self._zygote, self._control, self._pid = [], None, None, os.getpid()
         while len(self._workers) < self.config.workers:
             try:
                 self._workers.append(self._fork_worker())
@@ -217,7 +220,10 @@ class MathVerifier:
         w.conn.close()
 
     def close(self) -> None:
-        """Stop the workers (idempotent)."""
+        """Stop the workers (idempotent; in a forked child it only forgets the parent's workers)."""
+        if self._pid != os.getpid():
+            self._workers, self._zygote, self._control, self._closed = [], None, None, True
+            return
         with self._lock:
             for w in self._workers:
                 try:
@@ -264,6 +270,7 @@ class MathVerifier:
         t0 = time.perf_counter()
         out: list[MathResult | None] = [None] * len(responses)
         tasks: list[tuple[int, CheckTask, tuple[str, str, str]]] = []
+        dupes: dict[tuple[str, str, str], list[int]] = {}  # identical pairs in this batch are checked once
         for i, (resp, prob) in enumerate(zip(responses, problems)):
             if not isinstance(resp, str):
                 raise TypeError(f"responses[{i}] must be str, got {type(resp).__name__}")
@@ -279,9 +286,19 @@ class MathVerifier:
                 out[i] = MathResult(hit[0], float(hit[0] is Verdict.CORRECT), answer, hit[1], 0.0, cached=True)
                 self.stats.cache_hits += 1
                 continue
+            if self.config.cache_size and key in dupes:
+                dupes[key].append(i)
+                continue
+            dupes[key] = []
             tasks.append((i, self._task(prob, answer), key))
         with self._lock:
             self._run(tasks, out)
+        for i, _task, key in tasks:
+            first = out[i]
+            assert first is not None
+            for j in dupes.get(key, ()):
+                out[j] = MathResult(first.verdict, first.reward, first.extracted, first.detail, 0.0, cached=True)
+                self.stats.cache_hits += 1
         results = [r for r in out if r is not None]
         assert len(results) == len(out)
         self.stats.last_batch = len(out)
