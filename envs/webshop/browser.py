@@ -51,6 +51,11 @@ CHROMIUM_FLAGS = (
     "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1",
 )
 
+#: Marks the current page's window; a new document comes with a new window object, without the mark.
+_MARK = "window.__envkitOld = true;"
+_SEARCH_BOX = "return [document.getElementById('search_input'), document.querySelector(\"[data-key='search']\")];"
+_READ = "return [document.documentElement.outerHTML, location.href, document.body.dataset.reward || null];"
+_LOADED = "return window.__envkitOld === undefined && document.readyState === 'complete' && !!document.body;"
 _FIND = "return Array.from(document.querySelectorAll('[data-key]')).find(e => e.dataset.key === arguments[0]) || null;"
 
 
@@ -168,32 +173,38 @@ class WebShopBrowserEnv(SnapshotEnvBase):
 
     def _load(self, path: str) -> None:
         assert self._server is not None
-        self._driver.get(self._server.base_url + f"/{self._sid}" + path)
+        url = self._server.base_url + f"/{self._sid}" + path
+        self._driver.execute_script(_MARK)
+        self._navigate(lambda _by: self._driver.get(url))
 
     def _read_page(self) -> ShopState:
         """Read the shown page: DOM -> elements, URL + session -> state, reward from the done page."""
         assert self._server is not None
-        self._source = str(self._driver.page_source)
+        source, href, reward = self._driver.execute_script(_READ)
+        self._source = str(source)
         self._elements = parse_html(self._source)
-        parts = urlsplit(str(self._driver.current_url))
+        parts = urlsplit(str(href))
         path = "/" + parts.path.lstrip("/").partition("/")[2]
         session = self._server.sessions[self._sid]
         shop = state_from_path(path, parts.query, session.visited, self.core.catalog, self.goal, self.core.engine)
         self._reward = 0.0
         if shop.page == "done":
-            self._reward = float(self._driver.execute_script("return document.body.dataset.reward;"))
+            self._reward = float(reward)
         return shop
 
     def _navigate(self, fn: Any) -> None:
+        """Run `fn(By)` (a click, a submit, a get) and wait until a new page has fully loaded.
+
+        The caller marks the old page's window first (`_MARK`); the mark disappears with the new document. Errors
+        the driver raises while the old document goes away are retried until `page_timeout`.
+        """
         by = require("selenium.webdriver.common.by", extra="browser").By
-        ec = require("selenium.webdriver.support.expected_conditions", extra="browser")
+        exceptions = require("selenium.common.exceptions", extra="browser")
         wait = require("selenium.webdriver.support.wait", extra="browser").WebDriverWait
-        old = self._driver.find_element(by.TAG_NAME, "html")
         fn(by)
-        wait(self._driver, self.page_timeout, poll_frequency=0.01).until(ec.staleness_of(old))
-        wait(self._driver, self.page_timeout, poll_frequency=0.01).until(
-            lambda d: d.execute_script("return document.readyState") == "complete"
-        )
+        wait(
+            self._driver, self.page_timeout, poll_frequency=0.005, ignored_exceptions=(exceptions.WebDriverException,)
+        ).until(lambda d: d.execute_script(_LOADED))
 
     def _observe(self) -> tuple[str, dict[str, Any]]:
         st = self._state
@@ -226,15 +237,15 @@ class WebShopBrowserEnv(SnapshotEnvBase):
             if verb == "search":
 
                 def do(by: Any) -> None:
-                    box = self._driver.find_element(by.ID, "search_input")
+                    box, button = self._driver.execute_script(_MARK + _SEARCH_BOX)
                     box.clear()
                     box.send_keys(arg)
-                    self._driver.find_element(by.CSS_SELECTOR, "[data-key='search']").click()
+                    button.click()
 
             else:
 
                 def do(by: Any) -> None:
-                    el = self._driver.execute_script(_FIND, arg)
+                    el = self._driver.execute_script(_MARK + _FIND, arg)
                     if el is None:
                         raise EnvkitError(f"the page lists {arg!r} but the browser found no element for it")
                     el.click()
