@@ -37,6 +37,9 @@ out_console = Console()
 
 
 def _fail(msg: str, code: int = 2) -> typer.Exit:
+    if "Traceback (most recent call last)" in msg:  # an error raised in a pool worker: keep its first and last line
+        lines = [x for x in msg.strip().splitlines() if x.strip()]
+        msg = f"{lines[0]} {lines[-1].strip()}"
     console.print(f"[bold red]error:[/] {escape(msg)}")
     return typer.Exit(code)
 
@@ -134,6 +137,10 @@ def rollout(
         list[str] | None, typer.Option(help="Env constructor argument KEY=VALUE (repeatable).")
     ] = None,
     device: Annotated[str, typer.Option(help="Device of model policies/scorers: auto | cpu | cuda.")] = "auto",
+    chunk_tasks: Annotated[
+        int | None,
+        typer.Option(help="Tasks rolled out together (default: ceil(8 * workers / group)); no effect on the records."),
+    ] = None,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
 ) -> None:
     """Run G policy rollouts per task, select SERO roots, restore them and continue with the oracle.
@@ -163,6 +170,7 @@ def rollout(
             tau_w=tau_w,
             w_min=w_min,
             device=device,
+            chunk_tasks=chunk_tasks,
             progress=progress,
         )
     except ValueError as exc:

@@ -120,6 +120,8 @@ class RunConfig:
         tau_w: Reachability weight temperature.
         w_min: Reachability weight minimum.
         device: Device of model policies/scorers (``auto``, ``cpu``, ``cuda``).
+        chunk_tasks: Tasks rolled out together (one policy batch stream, one continuation round); None:
+            ``ceil(8 * workers / group)``. Does not change the records; a kill loses at most one chunk.
         progress: Show progress bars.
     """
 
@@ -142,12 +144,15 @@ class RunConfig:
     tau_w: float = 1.0
     w_min: float = 0.05
     device: str = "auto"
+    chunk_tasks: int | None = None
     progress: bool = True
 
     def __post_init__(self) -> None:
         for name in ("tasks", "group", "workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        if self.chunk_tasks is not None and self.chunk_tasks < 1:
+            raise ValueError(f"--chunk-tasks must be >= 1 (or unset), got {self.chunk_tasks}")
         if self.backend not in ("inprocess", "subprocess", "ray"):
             raise ValueError(f"--backend must be inprocess, subprocess or ray, got {self.backend!r}")
         if not str(self.out).endswith((".parquet", ".jsonl")):
@@ -179,7 +184,7 @@ class RunConfig:
     def meta(self) -> dict[str, Any]:
         """Settings that determine the records (checked on resume; workers/backend/tasks may change)."""
         d = dataclasses.asdict(self)
-        for k in ("out", "workers", "backend", "tasks", "progress", "device"):
+        for k in ("out", "workers", "backend", "tasks", "progress", "device", "chunk_tasks"):
             d.pop(k)
         d["env_kwargs"] = dict(self.env_kwargs)
         d["horizon"] = self.horizon
@@ -384,17 +389,26 @@ def run(
 
     t_start = time.perf_counter()
     out = Path(cfg.out)
+    fresh = not out.with_name(out.name + ".journal.jsonl").exists()
     store = RecordStore(out, meta=cfg.meta())
     pending = [i for i in range(cfg.tasks) if f"task-{i}" not in store.done]
-    policy = policy or make_policy(cfg.policy, seed=cfg.seed, device=cfg.device)
     sero = cfg.sero
     timing: dict[str, float] = dict.fromkeys(("rollout_s", "continue_s", "scoring_s", "credit_s", "io_s"), 0.0)
     counts: dict[str, int] = dict.fromkeys(("tasks_run", "policy_steps", "continuations", "oracle_steps"), 0)
-    per_chunk = max(1, -(-2 * cfg.workers // cfg.group))
+    per_chunk = cfg.chunk_tasks or max(1, -(-8 * cfg.workers // cfg.group))
     bar = _progress(cfg.progress, len(pending), cfg.tasks - len(pending))
     if pending:
-        scorer = scorer or (make_scorer(cfg.scorer, device=cfg.device) if cfg.roots else None)
-        with make_pool(EnvFactory(cfg.env_id, dict(cfg.env_kwargs)), cfg.workers, cfg.backend) as pool:
+        try:
+            policy = policy or make_policy(cfg.policy, seed=cfg.seed, device=cfg.device)
+            scorer = scorer or (make_scorer(cfg.scorer, device=cfg.device) if cfg.roots else None)
+            pool_cm = make_pool(EnvFactory(cfg.env_id, dict(cfg.env_kwargs)), cfg.workers, cfg.backend)
+        except BaseException:
+            if bar is not None:
+                bar[0].stop()
+            if fresh and not store.done:  # nothing stored: do not leave a journal that pins these settings
+                store.journal.unlink(missing_ok=True)
+            raise
+        with pool_cm as pool:
             md = pool.call(0, "metadata").value or {}
             snaps = cfg.backend == "inprocess" or bool(md.get("snapshot_picklable", True))
             for c in range(0, len(pending), per_chunk):

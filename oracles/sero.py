@@ -286,15 +286,7 @@ def _restore(env: gym.Env[Any, Any], job: ContinuationJob) -> tuple[str, Any, di
 
 def continue_from_root(env: gym.Env[Any, Any], job: ContinuationJob) -> ContinuationOutcome:
     """Restore `job.root` in `env` and let the env's oracle continue (run it in a worker: pool ``call``)."""
-    root = Root(
-        job.root.group,
-        job.root.trajectory,
-        job.root.t,
-        job.root.observation,
-        None,
-        job.root.actions,
-        job.root.budget_left,
-    )
+    root = _bare(job.root)
     t0 = time.perf_counter()
     try:
         kind, obs, raw_info = _restore(env, job)
@@ -331,35 +323,48 @@ def job_for(root: Root, traj: Trajectory, env_id: str, horizon: int, **oracle_kw
     return ContinuationJob(root, replay_state_at(traj, root.t), env_id, max(1, horizon - root.t), oracle_kwargs)
 
 
-def run_continuations(
-    pool: EnvPool, jobs: Sequence[ContinuationJob], *, on_done: Any = None
-) -> list[ContinuationOutcome]:
-    """Run jobs on the pool's workers, one per worker at a time; outcomes in job order.
+def _bare(root: Root) -> Root:
+    return Root(root.group, root.trajectory, root.t, root.observation, None, root.actions, root.budget_left)
 
-    A worker crash (or an error outside the oracle) becomes an outcome with a reason; the pool restarts the worker.
-    `on_done(n)` is called after each wave with the number of finished jobs.
+
+def continue_many(env: gym.Env[Any, Any], jobs: Sequence[ContinuationJob]) -> list[ContinuationOutcome]:
+    """`continue_from_root` for several jobs in one worker call; an error in one job is kept as its reason."""
+    out = []
+    for job in jobs:
+        try:
+            out.append(continue_from_root(env, job))
+        except Exception as exc:  # an env/oracle bug ends that continuation, not the batch
+            out.append(ContinuationOutcome(_bare(job.root), "", reason=f"error: {type(exc).__name__}: {exc}"))
+    return out
+
+
+def run_continuations(
+    pool: EnvPool, jobs: Sequence[ContinuationJob], *, per_call: int | None = None, on_done: Any = None
+) -> list[ContinuationOutcome]:
+    """Run jobs on the pool's workers; outcomes in job order.
+
+    Jobs are dealt round-robin to the workers, up to `per_call` jobs per worker per request (default: all of them
+    in one request per worker, which keeps the inter-process round trips to one per worker). A crashed worker's
+    jobs come back with a reason; the pool restarts the worker. `on_done(n)` is called after each round.
     """
     out: list[ContinuationOutcome | None] = [None] * len(jobs)
-    for start in range(0, len(jobs), pool.size):
-        wave = list(enumerate(jobs[start : start + pool.size], start=start))
-        results = pool.call_many([(w, "call", (continue_from_root, job), {}) for w, (_, job) in enumerate(wave)])
-        for (i, job), res in zip(wave, results, strict=True):
+    per = per_call or max(1, -(-len(jobs) // pool.size))
+    order = list(range(len(jobs)))
+    while order:
+        take, order = order[: per * pool.size], order[per * pool.size :]
+        batches = [take[w :: pool.size] for w in range(pool.size)]
+        reqs = [(w, "call", (continue_many, [jobs[i] for i in b]), {}) for w, b in enumerate(batches) if b]
+        results = pool.call_many(reqs)
+        for (w, *_), res in zip(reqs, results, strict=True):
             if res.ok:
-                out[i] = res.value
+                for i, o in zip(batches[w], res.value, strict=True):
+                    out[i] = o
             else:
                 last = res.error.strip().splitlines()[-1] if res.error.strip() else "unknown error"
-                root = Root(
-                    job.root.group,
-                    job.root.trajectory,
-                    job.root.t,
-                    job.root.observation,
-                    None,
-                    job.root.actions,
-                    job.root.budget_left,
-                )
-                out[i] = ContinuationOutcome(root, "", reason=f"worker error: {last}")
+                for i in batches[w]:
+                    out[i] = ContinuationOutcome(_bare(jobs[i].root), "", reason=f"worker error: {last}")
         if on_done is not None:
-            on_done(len(wave))
+            on_done(len(take))
     return [o for o in out if o is not None]
 
 

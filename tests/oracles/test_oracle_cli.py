@@ -167,6 +167,8 @@ def test_rollout_inspect_export_and_datasets_load(tmp_path):
 
 @pytest.mark.slow
 def test_sigkill_and_resume_gives_the_identical_file(tmp_path):
+    from oracles.pipeline import RunConfig, run
+
     args = [
         *TOY,
         "--env-kwarg",
@@ -181,29 +183,40 @@ def test_sigkill_and_resume_gives_the_identical_file(tmp_path):
         "subprocess",
         "--no-progress",
     ]
-    cmd = [sys.executable, "-m", "oracles.cli", "rollout", *args]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     killed = tmp_path / "killed.parquet"
     proc = subprocess.Popen(
-        [*cmd, "--out", str(killed)],
+        [sys.executable, "-m", "oracles.cli", "rollout", *args, "--out", str(killed)],
         env=env,
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     journal = tmp_path / "killed.parquet.journal.jsonl"
-    deadline = time.time() + 60
-    while time.time() < deadline:
+    deadline = time.time() + 90
+    while time.time() < deadline and proc.poll() is None:
         if journal.exists() and journal.read_bytes().count(b"\n") >= 3:  # meta + 2 finished tasks
             break
-        time.sleep(0.02)
-    os.killpg(proc.pid, signal.SIGKILL)
+        time.sleep(0.01)
+    os.killpg(proc.pid, signal.SIGKILL)  # the CLI and its pool workers
     proc.wait()
     units = journal.read_bytes().count(b'"unit"')
     assert 2 <= units < 10, "the run must be killed mid-way"
     assert not killed.exists()
-    subprocess.run([*cmd, "--out", str(killed)], env=env, check=True, capture_output=True)
+    # Resume (same settings as the CLI run; the backend and worker count do not change the records).
+    cfg = dict(
+        env_id="envkit/Toy-v0",
+        env_kwargs={"max_steps": 10, "step_delay": 0.004},
+        max_steps=10,
+        min_budget=7,
+        tasks=10,
+        group=4,
+        workers=1,
+        backend="inprocess",
+        progress=False,
+    )
+    resumed = run(RunConfig(**cfg, out=str(killed)))
+    assert resumed["session"]["tasks_run"] == 10 - units and resumed["totals"]["tasks"] == 10
     whole = tmp_path / "whole.parquet"
-    subprocess.run([*cmd, "--out", str(whole)], env=env, check=True, capture_output=True)
+    run(RunConfig(**cfg, out=str(whole)))
     assert killed.read_bytes() == whole.read_bytes()
-    assert json.loads((tmp_path / "killed.parquet.summary.json").read_text())["session"]["tasks_run"] == 10 - units
