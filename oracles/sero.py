@@ -43,7 +43,7 @@ import numpy as np
 from envkit.core import Root, Step, Trajectory, jsonable
 from envkit.errors import ReplayDivergenceError, SnapshotError
 from envkit.policies import PolicyInput
-from envkit.pool import EnvPool
+from envkit.pool import EnvPool, Request
 from envkit.snapshot import ReplayState, observation_hash, replay
 from oracles.base import Oracle, make_oracle, run_oracle
 from oracles.scorers import Scorer
@@ -353,7 +353,7 @@ def run_continuations(
     while order:
         take, order = order[: per * pool.size], order[per * pool.size :]
         batches = [take[w :: pool.size] for w in range(pool.size)]
-        reqs = [(w, "call", (continue_many, [jobs[i] for i in b]), {}) for w, b in enumerate(batches) if b]
+        reqs: list[Request] = [(w, "call", (continue_many, [jobs[i] for i in b]), {}) for w, b in enumerate(batches) if b]
         results = pool.call_many(reqs)
         for (w, *_), res in zip(reqs, results, strict=True):
             if res.ok:
