@@ -222,10 +222,17 @@ class BackendConfig:
         return EdenConfig(**overrides)
 
     def xrpo_config(self) -> Any:
-        """``trainers.explorers.xrpo.XrpoConfig`` with this config's overrides."""
+        """``trainers.explorers.xrpo.XrpoConfig`` with this config's overrides.
+
+        Defaults that follow the run: ``group_size`` = n_samples_per_prompt (the per-prompt budget, so the step's
+        total stays ``batch x n``), ``n0`` = min(4, n).
+        """
         from trainers.explorers.xrpo import XrpoConfig
 
-        return XrpoConfig(**self.xrpo)
+        n = self.n_samples_per_prompt
+        overrides: dict[str, Any] = {"group_size": n, "n0": min(4, n)}
+        overrides.update(self.xrpo)
+        return XrpoConfig(**overrides)
 
 
 def parse_overrides(pairs: list[str] | None, allowed: list[str] | None, what: str) -> dict[str, Any]:

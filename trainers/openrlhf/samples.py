@@ -140,9 +140,7 @@ class EnvkitSamplesGenerator(SamplesGenerator):
             max_tokens=generate_kwargs.get("max_new_tokens"),
             min_tokens=generate_kwargs.get("min_new_tokens", 1),
             skip_special_tokens=generate_kwargs.get("skip_special_tokens", False),
-            logprobs=1
-            if (self.args.algo.advantage.is_correction_level != "off" or self.config.explorer == "xrpo")
-            else None,
+            logprobs=1 if self.args.algo.advantage.is_correction_level != "off" else None,
         )
 
     def dispatch_plans(

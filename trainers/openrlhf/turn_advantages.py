@@ -67,8 +67,8 @@ class TurnAdvantages:
 
     Attributes:
         per_turn: Per row, (J,) advantages of its J turns ((1,) for a row without turns: the whole response).
-        weights: Per row, (J,) loss weights (SERO reachability x EDEN gamma is folded in ``per_turn`` already;
-            these are applied to the final per-token advantages, see the experience maker).
+        weights: Per row, (J,) SERO loss weights (1 for policy turns), applied to the final per-token
+            advantages by the experience maker (EDEN's gamma is already in ``per_turn``).
         keep: (N,) bool rows that stay in the loss (EDEN drops unselected noisy rollouts).
         stats: Batch diagnostics (METHODS section 7), floats.
     """
@@ -211,6 +211,8 @@ def _xrpo_sharpen(
     from trainers.explorers.xrpo import sharpen
 
     xcfg = cfg.xrpo_config()
+    if not xcfg.sharpen:
+        return row_adv
     correct = np.array([r.success for r in rows], dtype=bool)
     s = np.array([r.mean_logprob for r in rows], dtype=np.float64)
-    return np.asarray(sharpen(row_adv, correct, s, groups, xcfg), dtype=np.float64)
+    return sharpen(row_adv, correct, s, groups, lambda_n=xcfg.lambda_n, kappa=xcfg.kappa)

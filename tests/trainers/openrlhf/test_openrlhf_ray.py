@@ -35,7 +35,11 @@ def test_trainer_actor_subclass_under_local_cpu_ray(gpu_stub_dir, tokenizer_dir,
     runtime_env = ray_runtime_env(cfg)
     repo = str(Path(__file__).resolve().parents[3])
     runtime_env["env_vars"].update(
-        {"PYTHONPATH": os.pathsep.join([str(gpu_stub_dir), repo]), "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+        {
+            "PYTHONPATH": os.pathsep.join([str(gpu_stub_dir), repo]),
+            "OMP_NUM_THREADS": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
     )
     assert CONFIG_ENV in runtime_env["env_vars"]
     trainer_cls = remote_trainer()

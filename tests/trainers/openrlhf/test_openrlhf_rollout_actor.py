@@ -43,7 +43,9 @@ class HFEngine:
                 new = out[0].tolist()
             else:
                 ids = torch.tensor([prompt["prompt_token_ids"]])
-                out = self.model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=params.max_tokens, do_sample=False)
+                out = self.model.generate(
+                    ids, attention_mask=torch.ones_like(ids), max_new_tokens=params.max_tokens, do_sample=False
+                )
                 new = out[0, ids.shape[1] :].tolist()
         yield SimpleNamespace(outputs=[SimpleNamespace(token_ids=new, text="", finish_reason="length", logprobs=None)])
 
