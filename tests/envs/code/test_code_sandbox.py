@@ -180,6 +180,16 @@ def test_output_file_size_and_privileges(sandbox):
     _still_serves(sandbox)
 
 
+def test_sysv_shared_memory_is_bounded_and_removed(sandbox):
+    if not sandbox.isolation.get("ipcns"):
+        pytest.skip("no private IPC namespace: " + str(sandbox.isolation.get("ipc_why")))
+    grab = "import ctypes\nlibc = ctypes.CDLL(None)\nprint(sum(libc.shmget(k + 1, 60 << 20, 0o1600) >= 0 for k in range(50)))"
+    r = sandbox.run(Job(grab))
+    assert r.status == "ok" and int(r.stdout) <= 4, r  # 256 MiB in all, whatever the host allows
+    r = sandbox.run(Job("print(len(open('/proc/sysvipc/shm').read().splitlines()) - 1)"))
+    assert r.stdout.strip() == "0"  # removed after the check that made them
+
+
 def test_many_jobs_in_parallel_keep_order(sandbox):
     jobs = [
         Job(f"def f():\n    return {i}\n", units=((f"assert candidate() == {i}", True),), entry_point="f")

@@ -68,6 +68,17 @@ def test_formats_are_read(tmp_path):
         load_problems(tmp_path / "missing.jsonl")
 
 
+def test_reasoning_gym_generation_is_seeded():
+    from envs.math.data import reasoning_gym_problems
+
+    a = reasoning_gym_problems(("chain_sum", "gcd"), size=5, seed=7)
+    b = reasoning_gym_problems(("chain_sum", "gcd"), size=5, seed=7)
+    c = reasoning_gym_problems(("chain_sum", "gcd"), size=5, seed=8)
+    assert [(p.question, p.answer) for p in a] == [(p.question, p.answer) for p in b]
+    assert [p.question for p in a] != [p.question for p in c]
+    assert [p.source for p in a[:2]] == ["reasoning_gym:chain_sum", "reasoning_gym:gcd"]
+
+
 def test_default_env_passes_snapshot_contract():
     env = gym.make("envkit/Math-v0")
     report = envkit.check_snapshot_env(env)
