@@ -146,23 +146,20 @@ def play(
             env = envs[g * group_size + k]
             obs, _ = env.reset(seed=int(task_seed))
             ids = encode_prompt(tokenizer, str(obs), raw=False, system=cfg.system)
+            if len(ids) + max_new_tokens > cfg.max_context_tokens:
+                raise ValueError(
+                    f"the first prompt of {env_id} has {len(ids)} tokens: raise agent.max_context_tokens above "
+                    f"{len(ids) + max_new_tokens}"
+                )
             episodes.append(Episode(g, k, env, ids, list(ids), [], [], [str(obs)], [], [], []))
     for turn in range(cfg.max_turns):
         live = [e for e in episodes if not e.done]
-        for e in live:
-            if len(e.context) + max_new_tokens > cfg.max_context_tokens:
-                e.done, e.context_truncated = True, True
-        live = [e for e in live if not e.done]
         if not live:
             break
         out = sample(
-            model,
-            tokenizer,
-            [e.context for e in live],
-            [temperature] * len(live),
-            max_new_tokens=max_new_tokens,
+            model, tokenizer, [e.context for e in live], [temperature] * len(live), max_new_tokens=max_new_tokens,
             seed=seed * 131 + turn,
-        )
+        )  # fmt: skip
         for e, act_ids, trunc in zip(live, out.tokens, out.truncated, strict=True):
             e.context += act_ids
             e.flags += [1] * len(act_ids)
@@ -178,6 +175,10 @@ def play(
                 e.done = True
                 continue
             more = continuation_ids(tokenizer, act_ids, str(obs), raw=False)
+            if len(e.context) + len(more) + max_new_tokens > cfg.max_context_tokens:
+                # The next turn would not fit: stop here (the observation is not appended).
+                e.done, e.context_truncated = True, True
+                continue
             e.context += more
             e.flags += [0] * len(more)
             e.turn_of_token += [-1] * len(more)

@@ -1,0 +1,157 @@
+"""Compare GRPO, EDEN and XRPO on the synthetic arithmetic task (CPU, minutes), branching from one warm-up.
+
+One supervised warm-up of a ~0.8M-parameter Qwen2 (char-level tokenizer, output vocabulary = the task's 15
+tokens) is saved once; every arm (explorer none / eden / xrpo) starts from that checkpoint with the same seed,
+the same prompts per step and the same rollout budget per step (prompts_per_step * group_size), and the same
+loss settings. Each arm is evaluated before and after on a fixed held-out set (sampled at temperature 1: mean
+reward = pass@1; and greedy accuracy). Writes ``<out>/compare.json`` and ``<out>/compare.png`` (reward,
+zero-advantage group fraction and entropy over steps, one line per arm and seed).
+
+Usage:
+    python scripts/compare_explorers.py --out runs/compare --steps 150 --seeds 0 1 2
+
+What it can show: on this small task and budget, whether an explorer changes the learning curve, the share of
+all-equal (zero-advantage) groups, and entropy. What it cannot show: anything about large models or hard
+benchmarks; differences within the seed-to-seed spread are noise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from trainers.checkpoint import load_weights
+from trainers.explorers.eden import EdenConfig
+from trainers.explorers.xrpo import XrpoConfig
+from trainers.generation import sample
+from trainers.local import LocalTrainer, TrainConfig
+from trainers.metrics import plot_runs
+from trainers.models import ModelConfig, load_model
+from trainers.prompts import decode, encode_prompt
+from trainers.tasks import ArithmeticTask
+from trainers.warmup import sft_warmup
+
+ARMS = ("none", "eden", "xrpo")
+
+
+def evaluate(model: Any, tok: Any, task: ArithmeticTask, n: int = 512, seed: int = 12345) -> dict[str, float]:
+    """Mean reward on a fixed held-out set: one sample at temperature 1 (pass@1) and greedy (temperature ~0)."""
+    problems = task.sample(np.random.default_rng(seed), n)
+    prompts = [encode_prompt(tok, p.prompt, raw=True) for p in problems]
+    model.eval()
+    out = {}
+    for name, temp in (("pass1", 1.0), ("greedy", 1e-4)):
+        s = sample(model, tok, prompts, [temp] * n, max_new_tokens=5, seed=seed)
+        out[name] = float(np.mean(task.score(problems, [decode(tok, t) for t in s.tokens])))
+    return out
+
+
+def warm_up(out: Path, model_cfg: ModelConfig, task: ArithmeticTask, steps: int, seed: int) -> Path:
+    """Train (or reuse) the shared warm-up checkpoint."""
+    folder = out / "warmup"
+    if (folder / "config.json").exists():
+        return folder
+    torch.set_num_threads(1)
+    model, tok = load_model(model_cfg)
+    t0 = time.perf_counter()
+    losses = sft_warmup(model, tok, task, steps=steps, batch=64, lr=3e-3, seed=seed)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    (folder / "warmup.json").write_text(
+        json.dumps(
+            {
+                "steps": steps,
+                "final_loss": losses[-1],
+                "seconds": time.perf_counter() - t0,
+                **evaluate(model, tok, task),
+            }
+        )
+    )
+    return folder
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="runs/compare_explorers")
+    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    ap.add_argument("--warmup-steps", type=int, default=600)
+    ap.add_argument("--prompts-per-step", type=int, default=16)
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    task = ArithmeticTask(digits=2)
+    model_cfg = ModelConfig(path="tiny:arith", device="cpu")
+    warm = warm_up(out, model_cfg, task, args.warmup_steps, seed=0)
+    warm_stats = json.loads((warm / "warmup.json").read_text())
+    print(f"warm-up: {warm_stats}", flush=True)
+    # EDEN on this task: n_noisy = 25% of the group; every non-special token is an anchor candidate (15-token
+    # vocabulary), hence the full norm band and 4 anchors.
+    eden = EdenConfig(
+        n_noisy=max(1, args.group_size // 4), n_anchors=4, candidate_percentiles=(0.0, 100.0), n_selection_prompts=64,
+        max_scored=None,
+    )  # fmt: skip
+    xrpo = XrpoConfig(n0=max(2, args.group_size // 2))
+    runs: dict[str, list[dict[str, Any]]] = {}
+    results: dict[str, Any] = {"warmup": warm_stats, "arms": {}, "config": {}}
+    for seed in args.seeds:
+        for arm in args.arms:
+            cfg = TrainConfig(
+                task="arith", model=model_cfg, run_dir=str(out / f"{arm}_seed{seed}"), steps=args.steps, seed=seed,
+                prompts_per_step=args.prompts_per_step, group_size=args.group_size, max_new_tokens=5,
+                explorer=arm, lr=args.lr, eden=eden, xrpo=xrpo, init_from=str(warm), tensorboard=False,
+            )  # type: ignore[arg-type]  # fmt: skip
+            t0 = time.perf_counter()
+            trainer = LocalTrainer(cfg)
+            before = evaluate(trainer.model, trainer.tok, task)
+            records = trainer.train()
+            after = evaluate(trainer.model, trainer.tok, task)
+            wall = time.perf_counter() - t0
+            key = f"{arm}/seed{seed}"
+            runs[key] = records
+            tail = records[-max(1, len(records) // 5) :]
+            results["arms"][key] = {
+                "explorer": arm,
+                "seed": seed,
+                "eval_before": before,
+                "eval_after": after,
+                "train_reward_last20pct": float(np.mean([r["reward_mean"] for r in tail])),
+                "zero_adv_fraction_mean": float(np.mean([r["zero_adv_fraction"] for r in records])),
+                "entropy_last": records[-1]["entropy"],
+                "step_time_median_s": float(np.median([r["time_step_s"] for r in records])),
+                "wall_s": wall,
+            }
+            print(key, json.dumps(results["arms"][key]), flush=True)
+            if cfg.task == "arith":
+                results["config"] = {
+                    k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("run_dir", "seed", "explorer")
+                }
+            del trainer
+    summary = {}
+    for arm in args.arms:
+        rows = [v for v in results["arms"].values() if v["explorer"] == arm]
+        summary[arm] = {
+            "pass1_after_mean": float(np.mean([r["eval_after"]["pass1"] for r in rows])),
+            "pass1_after_std": float(np.std([r["eval_after"]["pass1"] for r in rows])),
+            "greedy_after_mean": float(np.mean([r["eval_after"]["greedy"] for r in rows])),
+            "zero_adv_fraction_mean": float(np.mean([r["zero_adv_fraction_mean"] for r in rows])),
+            "step_time_median_s": float(np.mean([r["step_time_median_s"] for r in rows])),
+        }
+    results["summary"] = summary
+    (out / "compare.json").write_text(json.dumps(results, indent=2))
+    plot_runs(runs, out / "compare.png", ("reward_mean", "zero_adv_fraction", "entropy"), title="GRPO vs EDEN vs XRPO")
+    print(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()
