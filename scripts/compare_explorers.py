@@ -27,7 +27,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainers.checkpoint import load_weights
 from trainers.explorers.eden import EdenConfig
 from trainers.explorers.xrpo import XrpoConfig
 from trainers.generation import sample
