@@ -24,7 +24,6 @@ Example:
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import pickle
 import uuid
@@ -161,7 +160,7 @@ class SnapshotEnvBase(gym.Env[str, str]):
         return Snapshot(
             env=_qualname(self),
             kind=str(self.metadata.get("snapshot", "native")),
-            payload=(payload, self._episode_over, copy.deepcopy(self.np_random.bit_generator.state)),
+            payload=(payload, self._episode_over, self.np_random.bit_generator.state),  # the getter returns a new dict
             replay=self._replay,
         )
 
@@ -171,7 +170,7 @@ class SnapshotEnvBase(gym.Env[str, str]):
         payload, over, rng_state = snapshot.payload
         self.last_restore_kind = "native" if self.metadata.get("snapshot", "native") == "native" else "replay"
         obs, info = self._restore(payload, snapshot)
-        self.np_random.bit_generator.state = copy.deepcopy(rng_state)
+        self.np_random.bit_generator.state = rng_state  # numpy copies the values; the dict stays untouched
         self._episode_started = True
         self._episode_over = over
         self._replay = snapshot.replay
