@@ -92,6 +92,7 @@ class WebShopBrowserEnv(SnapshotEnvBase):
             data_dir, observation_mode, split, test_goals, human_goals, num_products, max_steps, catalog_seed
         )
         self.core = WebShopCore(self.config)
+        require("selenium.webdriver", extra="browser", what="envkit/WebShopBrowser-v0")  # fail at make, not at reset
         self.chromium = chromium
         self.chromedriver = chromedriver
         self.page_timeout = float(page_timeout)

@@ -80,6 +80,16 @@ class EpisodeState:
     truncated: bool = field(default=False)
 
 
+@dataclass(frozen=True)
+class WebShopPayload:
+    """The text env's native snapshot: the state, plus the observation and info it showed (restore is a lookup)."""
+
+    state: EpisodeState
+    mode: str
+    obs: str
+    info: tuple[tuple[str, Any], ...]
+
+
 class WebShopCore:
     """Catalog, search engine and observation rendering shared by the text and browser envs."""
 
@@ -175,6 +185,7 @@ class WebShopEnv(SnapshotEnvBase):
         self._state = EpisodeState(0, ShopState())
         self._elements: tuple[Element, ...] = ()
         self._elements_of: ShopState | None = None
+        self._last: tuple[str, dict[str, Any]] = ("", {})
 
     # ----- helpers -----------------------------------------------------------------------------------------
     @property
@@ -199,7 +210,8 @@ class WebShopEnv(SnapshotEnvBase):
 
     def _observe(self) -> tuple[str, dict[str, Any]]:
         elements = self._page(self._state.shop)
-        return self.core.observation(self._state, elements), self.core.info(self._state, elements)
+        self._last = (self.core.observation(self._state, elements), self.core.info(self._state, elements))
+        return self._last
 
     # ----- SnapshotEnvBase ---------------------------------------------------------------------------------
     def _reset(self, *, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
@@ -222,15 +234,26 @@ class WebShopEnv(SnapshotEnvBase):
         reward = float(shop.score or 0.0) if terminated else 0.0
         return obs, reward, terminated, truncated, info
 
-    def _snapshot(self) -> EpisodeState:
-        return self._state
+    def _snapshot(self) -> WebShopPayload:
+        info = dict(self._last[1])
+        info["admissible_actions"] = tuple(info["admissible_actions"])
+        if "reward_info" in info:
+            info["reward_info"] = tuple(info["reward_info"].items())
+        return WebShopPayload(self._state, self.config.observation_mode, self._last[0], tuple(info.items()))
 
     def _restore(self, payload: Any, snapshot: Snapshot) -> tuple[str, dict[str, Any]]:
-        if not isinstance(payload, EpisodeState):
+        if not isinstance(payload, WebShopPayload):
             raise TypeError(f"not a WebShop snapshot payload: {type(payload).__name__}")
-        self.core.check_goal_index(payload.goal_index)
-        self._state = payload
-        return self._observe()
+        self.core.check_goal_index(payload.state.goal_index)
+        self._state = payload.state
+        if payload.mode != self.config.observation_mode:
+            return self._observe()
+        info = dict(payload.info)
+        info["admissible_actions"] = list(info["admissible_actions"])
+        if "reward_info" in info:
+            info["reward_info"] = dict(info["reward_info"])
+        self._last = (payload.obs, info)
+        return payload.obs, info
 
     def valid_clicks(self) -> tuple[str, ...]:
         """The ``click[...]`` names on the current page."""
