@@ -217,7 +217,11 @@ class BackendConfig:
         from trainers.explorers.eden import EdenConfig
 
         n = self.n_samples_per_prompt
-        overrides = {"group_size": n, "n_noisy": max(1, n // 4), "n_anchors": max(len(self.eden_anchors), 1)}
+        overrides: dict[str, Any] = {
+            "group_size": n,
+            "n_noisy": max(1, n // 4),
+            "n_anchors": max(len(self.eden_anchors), 1),
+        }
         overrides.update(self.eden)
         return EdenConfig(**overrides)
 

@@ -26,6 +26,7 @@ import json
 import os
 import runpy
 import sys
+import warnings
 from collections.abc import Iterator, Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -177,7 +178,9 @@ def _run_module(flags: list[str]) -> None:
     old = sys.argv
     sys.argv = [OPENRLHF_MODULE, *flags]
     try:
-        runpy.run_module(OPENRLHF_MODULE, run_name="__main__", alter_sys=False)
+        with warnings.catch_warnings():  # runpy warns when the module was imported before (harmless here)
+            warnings.filterwarnings("ignore", message=".*found in sys.modules.*", category=RuntimeWarning)
+            runpy.run_module(OPENRLHF_MODULE, run_name="__main__", alter_sys=False)
     finally:
         sys.argv = old
 

@@ -21,6 +21,7 @@ record under ``"envkit"``. ``trainers/openrlhf/agent_executor.py`` is the file O
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import math
 from collections.abc import Mapping
@@ -31,6 +32,7 @@ from typing import Any
 import gymnasium as gym
 from openrlhf.utils.agent import AgentExecutorBase
 
+from envkit.core import Step, jsonable
 from trainers.openrlhf.config import BackendConfig
 from trainers.openrlhf.records import RESPONSE_KEY, RolloutRecord, RolloutSpec, Turn
 
@@ -110,6 +112,8 @@ class GymAgentExecutor(AgentExecutorBase):
     def __init__(self, config: BackendConfig | None = None) -> None:
         self.config = config if config is not None else BackendConfig.from_env()
         self._free: dict[str, list[gym.Env[Any, Any]]] = {}
+        self._episodes: dict[str, Any] = {}  # SERO: episodes with snapshots until their group is finished
+        self._ids = itertools.count()
 
     # ----- env reuse -----------------------------------------------------------------------------------------
     async def _acquire(self, task: Task) -> gym.Env[Any, Any]:
@@ -158,6 +162,11 @@ class GymAgentExecutor(AgentExecutorBase):
         engine: Any,
     ) -> dict[str, Any]:
         obs, info = await asyncio.to_thread(env.reset, seed=task.seed, options=task.options)
+        episode = None
+        if self.config.sero:
+            from trainers.openrlhf.sero_rows import Episode
+
+            episode = Episode(task, str(obs), jsonable(info))
         tokens = _tokenize(tokenizer, render_prompt(prompt, str(obs)))
         spec = getattr(engine, "spec", None) or RolloutSpec(group="")
         want_logprobs = getattr(sampling_params, "logprobs", None) is not None
@@ -166,6 +175,7 @@ class GymAgentExecutor(AgentExecutorBase):
         turns: list[Turn] = []
         ranges: list[tuple[int, int]] = []
         total, success, reason, truncated = 0.0, False, "terminated", False
+        terminated = env_trunc = False
         if len(tokens) >= max_length:
             tokens = tokens[-(max_length - 1) :]  # keep the end (OpenRLHF's rule), and say so
             truncated, reason = True, "context"
@@ -187,7 +197,14 @@ class GymAgentExecutor(AgentExecutorBase):
             action = clean_action(out.text, tokenizer)
             start, end = len(tokens), len(tokens) + len(action_tokens)
             state = str(obs)
+            snap = await asyncio.to_thread(env.snapshot) if episode is not None else None  # type: ignore[attr-defined]
             obs, reward, terminated, env_trunc, info = await asyncio.to_thread(env.step, action)
+            if episode is not None:
+                episode.steps.append(
+                    Step(
+                        state, action, float(reward), str(obs), bool(terminated), bool(env_trunc), jsonable(info), snap
+                    )
+                )
             total += float(reward)
             success = _success(info)
             turns.append(
@@ -211,6 +228,12 @@ class GymAgentExecutor(AgentExecutorBase):
             tokens = tokens + feedback
             if logprobs is not None:
                 logprobs.extend([0.0] * len(feedback))
+        extra: dict[str, Any] = {}
+        if episode is not None:
+            if not (turns and (terminated or env_trunc)):
+                episode.final_snapshot = await asyncio.to_thread(env.snapshot)  # type: ignore[attr-defined]
+            extra["episode"] = f"e{next(self._ids)}"
+            self._episodes[extra["episode"]] = episode
         mean_lp = sum(action_lps) / len(action_lps) if action_lps else None
         record = RolloutRecord(
             spec=spec,
@@ -220,6 +243,7 @@ class GymAgentExecutor(AgentExecutorBase):
             truncated=truncated,
             reason=reason,
             mean_logprob=mean_lp if mean_lp is None or math.isfinite(mean_lp) else None,
+            extra=extra,
         )
         return {
             "prompt": prompt,
@@ -232,6 +256,21 @@ class GymAgentExecutor(AgentExecutorBase):
             "action_ranges": ranges,
             "rollout_log_probs": logprobs[:max_length] if logprobs is not None else None,
             "truncated": truncated,
-            "extra_logs": {"envkit_success": float(success), "envkit_turns": float(len(turns))},
+            "extra_logs": {"envkit_success": float(success), "envkit_turns": float(len(turns)), "envkit_oracle": 0.0},
             RESPONSE_KEY: record.to_dict(),
         }
+
+    async def finish_group(
+        self, responses: list[dict], actor: Any, tokenizer: Any, max_length: int, sampling_params: Any
+    ) -> list[dict]:
+        """After one prompt's rollouts: SERO oracle rows (``--sero``), else the responses unchanged.
+
+        Called by envkit's rollout actor with the group's responses; see `trainers.openrlhf.sero_rows`.
+        """
+        keys = [RolloutRecord.from_dict(r[RESPONSE_KEY]).extra.get("episode") for r in responses]
+        episodes = [self._episodes.pop(k, None) if k else None for k in keys]
+        if not self.config.sero:
+            return responses
+        from trainers.openrlhf.sero_rows import sero_group
+
+        return await sero_group(self, responses, episodes, actor, tokenizer, max_length, sampling_params)

@@ -89,7 +89,7 @@ class SpecEngine:
 class EnvkitRolloutActor(RolloutRayActor.__ray_actor_class__):  # type: ignore[name-defined,misc]
     """OpenRLHF's rollout actor with per-rollout plans and EDEN's prompt-embedding generation."""
 
-    async def __init__(self, *args: Any, **kwargs: Any) -> None:
+    async def __init__(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[misc]  # Ray's async actor init
         self.envkit_config = BackendConfig.from_env()
         self._weight_version = 0
         self._anchor_rows: dict[tuple[int, int], torch.Tensor] = {}
@@ -187,7 +187,8 @@ async def run_planned(
 
     Each spec runs ``executor.execute`` with a `SpecEngine`, its temperature and its prefix. Responses keep the
     spec order. An executor that is not envkit's still works: its response gets a record with the spec only.
-    After the group, an executor with ``finish_group`` (envkit's, for SERO) may append oracle responses.
+    After the group, an executor with ``finish_group`` (envkit's) may replace failed rollouts by SERO oracle rows
+    (the number of responses never changes).
     """
     parsed = [RolloutSpec.from_dict(s) for s in specs]
 
@@ -212,7 +213,7 @@ async def run_planned(
     responses = list(await asyncio.gather(*(one(s) for s in parsed)))
     finish = getattr(executor, "finish_group", None)
     if finish is not None:
-        responses.extend(await finish(responses, actor, hf_tokenizer, max_length, sampling_params))
+        responses = await finish(responses, actor, hf_tokenizer, max_length, sampling_params)
     return responses
 
 

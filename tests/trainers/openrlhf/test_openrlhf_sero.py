@@ -1,0 +1,99 @@
+"""SERO on the OpenRLHF backend: real roots, restore and ToyOracle continuations on envkit/Toy-v0 inside the
+agent executor's group step; oracle rows replace failed rollouts with reachability-weighted oracle turns."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+LABEL = json.dumps({"seed": 0, "options": {"goal": 2, "length": 4}})
+
+
+class StayActor:
+    """Policy that never moves ('stay'), and a deterministic prompt-logprobs scorer."""
+
+    def __init__(self, tokenizer):
+        self.tok = tokenizer
+        self.scored: list[list[int]] = []
+
+    async def generate(self, tokens, params, multi_modal_data=None):
+        ids = self.tok("stay" + self.tok.eos_token, add_special_tokens=False)["input_ids"]
+        lps = [{t: SimpleNamespace(logprob=-0.2)} for t in ids]
+        return SimpleNamespace(
+            outputs=[SimpleNamespace(token_ids=ids, text=self.tok.decode(ids), finish_reason="stop", logprobs=lps)]
+        )
+
+    async def prompt_logprobs(self, tokens):
+        self.scored.append(list(tokens))
+        return [-0.05 * (i % 7) for i in range(len(tokens) - 1)]
+
+
+@pytest.mark.parametrize(("share", "n_rows"), [(0.0, 0), (0.25, 1), (0.5, 1)])
+def test_oracle_rows_replace_failed_rollouts(tokenizer, share, n_rows):
+    """Four identical failed episodes: select_roots keeps distinct states, deepest first, so both roots lie on
+    trajectory 0 and one row is replaced even when the share would allow two."""
+    from vllm import SamplingParams
+
+    import envkit  # noqa: F401
+    from trainers.openrlhf.config import BackendConfig, SeroOptions
+    from trainers.openrlhf.gym_executor import GymAgentExecutor
+    from trainers.openrlhf.records import RolloutRecord, RolloutSpec
+    from trainers.openrlhf.rollout_actor import run_planned
+    from trainers.reachability import reachability_weights
+
+    cfg = BackendConfig(
+        env_id="envkit/Toy-v0", n_samples_per_prompt=4, max_turns=4, sero=True,
+        sero_opts=SeroOptions(roots_per_group=2, max_oracle_share=share),
+    )  # fmt: skip
+    ex = GymAgentExecutor(cfg)
+    actor = StayActor(tokenizer)
+    specs = [RolloutSpec("g0", i).to_dict() for i in range(4)]
+    params = SamplingParams(temperature=1.0, max_tokens=None, logprobs=1)
+    out = asyncio.run(run_planned(ex, actor, "{obs}\n", LABEL, params, 512, tokenizer, specs))
+    records = [RolloutRecord.from_dict(r["envkit"]) for r in out]
+    oracle = [i for i, r in enumerate(records) if r.oracle]
+    assert len(out) == 4  # the batch keeps its size
+    assert len(oracle) == n_rows  # capped by max_oracle_share and by distinct root trajectories
+    assert not ex._episodes  # snapshots released with the group
+    for i in oracle:
+        rec, row = records[i], out[i]
+        t = rec.extra["root_t"]
+        assert rec.success and row["scores"] == 1.0 and rec.spec == RolloutSpec("g0", i)
+        assert [tr.action for tr in rec.turns[:t]] == ["stay"] * t and all(tr.weight == 1.0 for tr in rec.turns[:t])
+        ora = rec.turns[t:]
+        assert [tr.action for tr in ora] == ["right", "right"] and ora[-1].reward == 1.0
+        toks = row["observation_tokens"]
+        assert toks[: ora[0].start] == actor.scored[oracle.index(i)][: ora[0].start]
+        for tr in ora:
+            assert tokenizer.decode(toks[tr.start : tr.end]) == tr.action + tokenizer.eos_token
+        lps = actor.scored and [-0.05 * (k % 7) for k in range(len(toks) - 1)]
+        loglik = [float(np.mean(lps[tr.start - 1 : tr.end - 1])) for tr in ora]
+        want = reachability_weights(loglik, cfg.sero_opts.p_floor, cfg.sero_opts.tau_w, cfg.sero_opts.w_min)
+        assert [tr.weight for tr in ora] == pytest.approx(want.tolist())
+        assert want[0] == 1.0 and want[1] < 1.0
+        assert row["action_ranges"] == [(tr.start, tr.end) for tr in rec.turns]
+        assert len(row["rollout_log_probs"]) == len(toks)
+    for i, r in enumerate(records):
+        if i not in oracle:
+            assert not r.success and r.reason == "max_turns" and [tr.action for tr in r.turns] == ["stay"] * 4
+
+
+def test_sero_off_keeps_no_episodes(tokenizer):
+    from vllm import SamplingParams
+
+    import envkit  # noqa: F401
+    from trainers.openrlhf.config import BackendConfig
+    from trainers.openrlhf.gym_executor import GymAgentExecutor
+    from trainers.openrlhf.records import RolloutSpec
+    from trainers.openrlhf.rollout_actor import run_planned
+
+    ex = GymAgentExecutor(BackendConfig(env_id="envkit/Toy-v0", n_samples_per_prompt=2, max_turns=2))
+    specs = [RolloutSpec("g", i).to_dict() for i in range(2)]
+    out = asyncio.run(
+        run_planned(ex, StayActor(tokenizer), "{obs}", LABEL, SamplingParams(max_tokens=None), 256, tokenizer, specs)
+    )
+    assert len(out) == 2 and not ex._episodes and "episode" not in out[0]["envkit"]["extra"]
