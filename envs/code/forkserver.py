@@ -27,6 +27,7 @@ import builtins
 import contextlib
 import ctypes
 import errno
+import gc
 import importlib
 import json
 import os
@@ -390,7 +391,7 @@ class Server:
             del self.inbuf[: 4 + n]
 
     def _start(self, req: dict[str, Any]) -> None:
-        k = self.free.pop()
+        k = self.free[-1]
         slot = self.slots[k]
         self.counter += 1
         workdir = os.path.join(self.args.work_root, f"c{self.counter}")
@@ -415,6 +416,7 @@ class Server:
             os.close(self.wake_r)
             _child(req, slot, (pipes[0][1], pipes[1][1], pipes[2][1]), workdir, nonce, limits)
             os._exit(71)  # not reached
+        self.free.pop()  # only now: a failure above leaves the slot free (the request gets an error answer)
         fds: dict[int, str] = {}
         for name, (r, w) in zip(("res", "out", "err"), pipes):
             os.close(w)
@@ -514,13 +516,14 @@ class Server:
                 started = True
             elif tag == "D":
                 done = True
-            elif tag == "P" and len(parts) >= 3:
-                results[int(parts[2])] = True
-            elif tag == "F" and len(parts) >= 3:
-                i = int(parts[2])
-                results[i] = False
-                src = str(job.req["units"][i][0]).strip().splitlines()
-                errors.append(f"{src[0][:200] if src else 'test ' + parts[2]} -> {parts[3] if len(parts) > 3 else ''}")
+            elif tag in ("P", "F") and len(parts) >= 3:
+                i = int(parts[2]) if parts[2].isdigit() else -1
+                if not 0 <= i < n_units:
+                    continue  # malformed (the check wrote to the result pipe itself): ignore
+                results[i] = tag == "P"
+                if tag == "F":
+                    src = str(job.req["units"][i][0]).strip().splitlines()
+                    errors.append(f"{src[0][:200] if src else f'test {i}'} -> {parts[3] if len(parts) > 3 else ''}")
             elif tag == "X":
                 program_error = " ".join(parts[2:])
         status = job.status or 0
@@ -552,7 +555,19 @@ class Server:
         self.send({"hello": "envkit-code-sandbox", "pid": os.getpid(), "isolation": self.isolation})
         while not (self.eof and not self.jobs and not self.queue):
             while self.queue and self.free:
-                self._start(self.queue.pop(0))
+                req = self.queue.pop(0)
+                try:
+                    self._start(req)
+                except Exception as exc:  # e.g. the tmpfs is full: answer this request, keep serving
+                    self.send(
+                        {
+                            "id": req.get("id"),
+                            "status": "error",
+                            "results": [None] * len(req.get("units", [])),
+                            "errors": [f"sandbox error: {type(exc).__name__}: {exc}"],
+                            "seconds": 0.0,
+                        }
+                    )
             now = time.monotonic()
             deadline = min((j.deadline for j in self.jobs.values() if not j.timed_out), default=now + 3600)
             for key, _events in self.sel.select(timeout=max(0.0, deadline - now)):
@@ -630,6 +645,7 @@ def main(argv: list[str] | None = None) -> None:
             importlib.import_module(name)
             preloaded.append(name)
     isolation["preloaded"] = preloaded
+    gc.freeze()  # keep the preloaded objects out of the children's garbage collections (fewer copied pages)
     Server(args, isolation).loop()
     if not isolation["netns"]:
         shutil.rmtree(args.work_root, ignore_errors=True)
