@@ -25,6 +25,7 @@ import os
 import shlex
 import stat
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -156,7 +157,9 @@ class GoldPatchOracle:
                 return self._fix_content(path, cur, gold)
         modes = [p for k, p in diffs if k == "mode"]
         if modes:
-            cmds = [f"chmod {stat.S_IMODE(os.lstat(os.path.join(gold, p)).st_mode):o} /repo/{shlex.quote(p)}" for p in modes]
+            cmds = [
+                f"chmod {stat.S_IMODE(os.lstat(os.path.join(gold, p)).st_mode):o} /repo/{shlex.quote(p)}" for p in modes
+            ]
             return _call("bash", command=" && ".join(cmds[:100]))
         return _call("submit")
 
@@ -165,37 +168,43 @@ class GoldPatchOracle:
         host = os.path.join(gold, first)
         st = os.lstat(host)
         if stat.S_ISDIR(st.st_mode):
-            dirs = [p for p in missing if os.path.isdir(os.path.join(gold, p)) and not os.path.islink(os.path.join(gold, p))]
+            dirs = [
+                p for p in missing if os.path.isdir(os.path.join(gold, p)) and not os.path.islink(os.path.join(gold, p))
+            ]
             return _call("bash", command="mkdir -p -- " + " ".join(shlex.quote(f"/repo/{p}") for p in dirs[:100]))
         if stat.S_ISLNK(st.st_mode):
             return _call("bash", command=f"ln -s -- {shlex.quote(os.readlink(host))} /repo/{shlex.quote(first)}")
-        files = [p for p in missing if os.path.isfile(os.path.join(gold, p)) and not os.path.islink(os.path.join(gold, p))]
+        files = [
+            p for p in missing if os.path.isfile(os.path.join(gold, p)) and not os.path.islink(os.path.join(gold, p))
+        ]
         if len(files) > self.batch_files or not _is_text(host):
             parts: list[str] = []
             size = 0
             for p in files:
-                data = base64.b64encode(open(os.path.join(gold, p), "rb").read()).decode()
+                data = base64.b64encode(Path(gold, p).read_bytes()).decode()
                 if parts and size + len(data) > _BATCH_CHARS:
                     break
                 q = shlex.quote(f"/repo/{p}")
-                parts.append(f"mkdir -p -- $(dirname {q}) && base64 -d > {q} <<'__ENVKIT_B64__'\n{data}\n__ENVKIT_B64__")
+                parts.append(
+                    f"mkdir -p -- $(dirname {q}) && base64 -d > {q} <<'__ENVKIT_B64__'\n{data}\n__ENVKIT_B64__"
+                )
                 size += len(data)
             return _call("bash", command="\n".join(parts))
-        return _call("create", path=first, file_text=open(host, encoding="utf-8").read())
+        return _call("create", path=first, file_text=Path(host).read_text(encoding="utf-8"))
 
     def _fix_content(self, path: str, cur: str, gold: str) -> str:
         g = os.path.join(gold, path)
         if not _is_text(g) or not _is_text(os.path.join(cur, path)):
             return self._create([path], gold) if _is_text(g) else self._batch_one(path, gold)
-        current = open(os.path.join(cur, path), encoding="utf-8").read()
-        wanted = open(g, encoding="utf-8").read()
+        current = Path(cur, path).read_text(encoding="utf-8")
+        wanted = Path(g).read_text(encoding="utf-8")
         edit = hunk_edit(current, wanted)
         if edit is None:
             return _call("create", path=path, file_text=wanted)
         return _call("str_replace", path=path, old_str=edit[0], new_str=edit[1])
 
     def _batch_one(self, path: str, gold: str) -> str:
-        data = base64.b64encode(open(os.path.join(gold, path), "rb").read()).decode()
+        data = base64.b64encode(Path(gold, path).read_bytes()).decode()
         q = shlex.quote(f"/repo/{path}")
         return _call("bash", command=f"base64 -d > {q} <<'__ENVKIT_B64__'\n{data}\n__ENVKIT_B64__")
 

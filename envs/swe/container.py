@@ -1,0 +1,208 @@
+"""`DockerBackend`: the SWE env's commands in containers through the Docker Engine API.
+
+It speaks the Docker Engine API with the ``docker`` SDK, so it drives Docker or Podman's Docker-compatible
+socket (``podman system service``). Every command runs in a fresh container of a tiny locally built image
+(nothing is pulled: the image is imported from a generated rootfs tarball holding only mount points) with the
+host's system directories and Python bound read-only, the work tree bound at ``/repo``, no network
+(``network_mode="none"``), all capabilities dropped, no-new-privileges, uid 65534, memory/pids/ulimit limits and
+a wall-clock timeout. The work tree is the same overlay mount as with the local backend, so snapshots work
+identically (the container sees whatever the overlay shows when it starts).
+
+Cost: one container per command (~0.3-1 s with Podman). Engines: ``DOCKER_HOST`` or ``base_url``;
+`start_podman_service` starts a private Podman API service (runc, cgroupfs, explicit ulimits: the settings
+Podman needs on this kind of machine).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import tarfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from envkit.errors import require
+from envs.swe.sandbox import WORKDIR, CommandResult, Limits, SandboxError, _python_roots, cap_output, parse_state
+
+IMAGE = "envkit-swe-base:1"
+_MOUNT_POINTS = ("usr", "etc", "bin", "sbin", "lib", "lib64", "lib32", "tmp", "repo", "proc", "dev", "sys", "root")
+
+
+def rootfs_tarball() -> bytes:
+    """A rootfs with only the mount points (and the directories above the host Python) the backend binds."""
+    buf = io.BytesIO()
+    dirs = set(_MOUNT_POINTS)
+    for root in _python_roots():
+        parts = root.strip("/").split("/")
+        dirs |= {"/".join(parts[: i + 1]) for i in range(len(parts))}
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for d in sorted(dirs):
+            info = tarfile.TarInfo(d)
+            info.type = tarfile.DIRTYPE
+            info.mode = 0o1777 if d == "tmp" else 0o755
+            tar.addfile(info)
+    return buf.getvalue()
+
+
+def start_podman_service(directory: str | Path, timeout: float = 30.0) -> tuple[str, subprocess.Popen[bytes]]:
+    """Start ``podman system service`` on a private socket; returns (base_url, process).
+
+    Raises:
+        SandboxError: podman is not installed or the socket did not appear (the message has podman's output).
+    """
+    if shutil.which("podman") is None:
+        raise SandboxError("podman is not installed: apt-get install podman runc (or set DOCKER_HOST to an engine)")
+    d = Path(directory)
+    d.mkdir(parents=True, exist_ok=True)
+    conf = d / "containers.conf"
+    conf.write_text(
+        '[containers]\ndefault_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]\nnetns = "none"\n'
+        '[engine]\nruntime = "runc"\ncgroup_manager = "cgroupfs"\nevents_logger = "file"\n'
+    )
+    sock = d / "podman.sock"
+    with open(d / "service.log", "wb") as log:
+        proc = subprocess.Popen(
+            ["podman", "system", "service", "--time=0", f"unix://{sock}"],
+            env={**os.environ, "CONTAINERS_CONF": str(conf)},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    end = time.monotonic() + timeout
+    while time.monotonic() < end and proc.poll() is None and not sock.exists():
+        time.sleep(0.05)
+    if not sock.exists():
+        proc.kill()
+        raise SandboxError(f"podman system service did not start: {(d / 'service.log').read_text()[-2000:]}")
+    return f"unix://{sock}", proc
+
+
+class DockerBackend:
+    """Docker Engine API backend (see the module docstring).
+
+    Args:
+        limits: Resource limits.
+        base_url: Engine socket (default: ``DOCKER_HOST`` / the SDK's default).
+        image: Image tag; imported from `rootfs_tarball` when absent.
+        uid: The unprivileged uid commands run as.
+    """
+
+    name = "docker"
+
+    def __init__(
+        self, limits: Limits | None = None, *, base_url: str | None = None, image: str = IMAGE, uid: int = 65534
+    ) -> None:
+        docker = require("docker", extra="swe", what="the SWE env's docker backend")
+        self.limits = limits or Limits()
+        self.uid = uid
+        self.image = image
+        try:
+            self.client: Any = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
+            self.client.ping()
+        except Exception as exc:  # the SDK raises several unrelated types when no engine answers
+            raise SandboxError(
+                f"no Docker-compatible engine answers ({exc}); start one (Docker, or podman system service: "
+                "envs.swe.container.start_podman_service) and set DOCKER_HOST or pass base_url"
+            ) from exc
+        self.image_id = self._ensure_image()
+        self._prefix = _python_roots()
+
+    def _ensure_image(self) -> str:
+        for img in self.client.images.list():
+            if {self.image, f"localhost/{self.image}"} & set(img.tags or []):
+                return str(img.id)
+        repo, _, tag = self.image.partition(":")
+        reply = self.client.api.import_image_from_data(rootfs_tarball(), repository=repo, tag=tag or "latest")
+        image_id = json.loads(reply.strip().splitlines()[-1])["id"] if isinstance(reply, str) else reply["id"]
+        self.client.images.get(image_id).tag(repo, tag or "latest")  # Podman ignores the tag on import
+        return str(image_id)
+
+    def base_env(self) -> dict[str, str]:
+        path = ":".join([*(f"{p}/bin" for p in self._prefix), "/usr/local/bin", "/usr/bin", "/bin"])
+        return {
+            "PATH": path,
+            "HOME": "/tmp",
+            "LANG": "C.UTF-8",
+            "TERM": "dumb",
+            "PAGER": "cat",
+            "GIT_PAGER": "cat",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONHASHSEED": "0",
+            "USER": "nobody",
+        }
+
+    def run(
+        self,
+        tree: str,
+        command: str,
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        timeout: float,
+        output_chars: int | None = None,
+    ) -> CommandResult:
+        """Run `command` with bash in a fresh container on work tree `tree` (see `LocalBackend.run`)."""
+        docker = require("docker", extra="swe", what="the SWE env's docker backend")
+        chars = output_chars or self.limits.output_chars
+        timeout = max(0.1, min(float(timeout), self.limits.max_timeout_s))
+        marker = f"__ENVKIT_STATE_{secrets.token_hex(8)}__"
+        script = (
+            f'cd -- "$ENVKIT_CWD" 2>/dev/null || cd {WORKDIR}\n'
+            "__envkit_cmd=$ENVKIT_CMD; unset ENVKIT_CMD ENVKIT_CWD\n"
+            'eval "$__envkit_cmd"\n__envkit_rc=$?\n'
+            f"printf '\\n{marker}\\n'; pwd; env -0\nexit $__envkit_rc\n"
+        )
+        volumes: dict[str, dict[str, str]] = {d: {"bind": d, "mode": "ro"} for d in ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64") if os.path.exists(d)}  # fmt: skip
+        volumes |= {p: {"bind": p, "mode": "ro"} for p in self._prefix}
+        volumes[tree] = {"bind": WORKDIR, "mode": "rw"}
+        mb = 1 << 20
+        container = self.client.containers.run(
+            self.image_id,
+            ["bash", "-c", script],
+            detach=True,
+            user=f"{self.uid}:{self.uid}",
+            working_dir="/",
+            environment={**env, "ENVKIT_CMD": command, "ENVKIT_CWD": cwd},
+            volumes=volumes,
+            network_mode="none",
+            cap_drop=["ALL"],
+            security_opt=["no-new-privileges"],
+            tmpfs={"/tmp": "rw,size=1g"},
+            mem_limit=self.limits.memory_mb * mb,
+            pids_limit=self.limits.nproc,
+            ulimits=[
+                docker.types.Ulimit(name="nofile", soft=1024, hard=1024),
+                docker.types.Ulimit(name="nproc", soft=self.limits.nproc, hard=self.limits.nproc),
+                docker.types.Ulimit(name="fsize", soft=self.limits.file_mb * mb, hard=self.limits.file_mb * mb),
+            ],
+            hostname="sandbox",
+        )
+        timed_out = False
+        try:
+            try:
+                code: int | None = int(container.wait(timeout=timeout)["StatusCode"])
+            except Exception:  # requests' ReadTimeout / ConnectionError: the command ran too long
+                timed_out = True
+                code = None
+                container.kill()
+            data = container.logs(stdout=True, stderr=True)
+        finally:
+            container.remove(force=True)
+        head, sep, state = data.rpartition(f"\n{marker}\n".encode())
+        if not sep:
+            head, state = data, b""
+        env_in = dict(env)
+        new_cwd, new_env = parse_state(state, cwd, env_in)
+        out = cap_output(head, b"", len(head), chars)
+        if timed_out:
+            out += f"\n[command timed out after {timeout:g} s and was killed]"
+        return CommandResult(out, code, timed_out, new_cwd, new_env)
+
+    def close(self) -> None:
+        self.client.close()

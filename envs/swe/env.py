@@ -1,0 +1,294 @@
+"""``envkit/SWE-v0``: fix a repository through shell and edit tool calls; hidden tests give the reward.
+
+Usage::
+
+    import gymnasium, envkit
+    env = gymnasium.make("envkit/SWE-v0")          # shipped more-itertools tasks, local bubblewrap backend
+    obs, info = env.reset(seed=0)                   # obs: the issue text and the tool syntax
+    obs, r, term, trunc, info = env.step('{"tool": "bash", "command": "ls"}')
+    s = env.snapshot()                              # ~ms: the work tree becomes an immutable overlay layer
+    env.step('{"tool": "bash", "command": "rm -rf more_itertools"}')
+    env.restore(s)                                  # the tree, cwd, exported variables and step count are back
+
+Actions are JSON tool calls (`envs.swe.tools`): ``bash``, ``view``, ``str_replace``, ``create``, ``submit``.
+Malformed actions return feedback with ``info["invalid"] = True`` and use up a step. The episode ends at
+``submit`` (terminated) or after ``max_steps`` actions (truncated); either way the task's tests run and the
+reward is 1.0 when all FAIL_TO_PASS and PASS_TO_PASS tests pass, else 0.0.
+
+Constructor options: ``tasks`` (a JSONL path or a list of `Task`; default the shipped set), ``backend``
+(``"local"`` | ``"docker"`` | a `Backend`), ``max_steps`` (50), ``limits`` (`Limits`), ``test_timeout`` (300 s),
+``max_layers`` (48; deeper snapshot stacks are merged). Reset options: ``task_id`` or ``index``; otherwise the
+task is drawn from the seed.
+
+Info keys: ``task_id``, ``success``/``won`` (tests passed; set when the episode ends), ``invalid``, ``step``,
+``tool``, ``exit_code`` (bash), ``tests_failed`` (ids, at the end), ``cwd``.
+"""
+
+from __future__ import annotations
+
+import copy
+import errno
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, SupportsFloat
+
+from envkit.errors import SnapshotError
+from envkit.snapshot import Snapshot, SnapshotEnvBase
+from envs.swe.grading import Grade, grade
+from envs.swe.layers import LayerStore, OverlayError, OverlayTree
+from envs.swe.sandbox import WORKDIR, Backend, Limits, LocalBackend
+from envs.swe.tasks import Task, load_tasks
+from envs.swe.tools import TOOLS, ToolError, create, parse_action, str_replace, view
+from envs.swe.workspace import TaskLayers, pristine_test_files, task_layers
+
+INSTRUCTIONS = f"""You are working in a software repository at {WORKDIR}. Fix the issue below so that the
+repository's tests pass. Act with one JSON tool call per message:
+  {{"tool": "bash", "command": "<shell command>", "timeout": 60}}      run a command (cwd and exports persist)
+  {{"tool": "view", "path": "<file or dir>", "view_range": [start, end]}}  show numbered lines or list a dir
+  {{"tool": "str_replace", "path": "<file>", "old_str": "<exact text>", "new_str": "<replacement>"}}
+  {{"tool": "create", "path": "<file>", "file_text": "<content>"}}     write a whole file
+  {{"tool": "submit"}}                                                  finish; hidden tests decide the reward
+Paths are relative to {WORKDIR}. There is no network access."""
+
+
+@dataclass(frozen=True)
+class SWEState:
+    """The snapshot payload (immutable, picklable).
+
+    Attributes:
+        task_id: The task.
+        stack: Layer ids of the work tree, bottom first (one reference owned by the snapshot).
+        store: Root of the layer store holding them.
+        cwd: Shell working directory.
+        env: Exported shell variables.
+        step: Actions taken.
+        obs: Observation at the snapshot.
+        info: Info at the snapshot.
+    """
+
+    task_id: str
+    stack: tuple[str, ...]
+    store: str
+    cwd: str
+    env: tuple[tuple[str, str], ...]
+    step: int
+    obs: str
+    info: tuple[tuple[str, Any], ...]
+
+
+def make_backend(backend: str | Backend, limits: Limits | None) -> Backend:
+    """A backend by name (``"local"``, ``"docker"``) or the given instance."""
+    if not isinstance(backend, str):
+        return backend
+    if backend == "local":
+        return LocalBackend(limits)
+    if backend == "docker":
+        from envs.swe.container import DockerBackend
+
+        return DockerBackend(limits)
+    raise ValueError(f"backend must be 'local', 'docker' or a Backend instance, got {backend!r}")
+
+
+class SWEEnv(SnapshotEnvBase):
+    """See the module docstring."""
+
+    metadata = {"render_modes": [], "snapshot": "native", "snapshot_picklable": True}
+
+    def __init__(
+        self,
+        tasks: str | Path | Sequence[Task] | None = None,
+        backend: str | Backend = "local",
+        max_steps: int = 50,
+        limits: Limits | None = None,
+        test_timeout: float = 300.0,
+        max_layers: int = 48,
+        store: LayerStore | None = None,
+        evaluation: bool = False,
+    ) -> None:
+        super().__init__(evaluation=evaluation)
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        self.tasks: list[Task] = (
+            list(tasks) if isinstance(tasks, Sequence) and not isinstance(tasks, str) else load_tasks(tasks)
+        )
+        if not self.tasks:
+            raise ValueError("the task list is empty; pass tasks= a JSONL file or a list of Task")
+        self._by_id = {t.instance_id: t for t in self.tasks}
+        self.max_steps = max_steps
+        self.test_timeout = test_timeout
+        self.backend = make_backend(backend, limits)
+        self.store = store or LayerStore.default()
+        self.max_layers = max_layers
+        self.tree: OverlayTree | None = None
+        self.task: Task = self.tasks[0]
+        self.layers: TaskLayers | None = None
+        self.cwd = WORKDIR
+        self.shell_env: tuple[tuple[str, str], ...] = ()
+        self.t = 0
+        self.last_grade: Grade | None = None
+        self._last: tuple[str, dict[str, Any]] = ("", {})
+        self._gold: tuple[str, OverlayTree] | None = None
+
+    # ----- helpers ----------------------------------------------------------------------------------------------
+    @property
+    def root(self) -> str:
+        """Host path of the mounted work tree (privileged access for oracles and tests)."""
+        if self.tree is None:
+            raise SnapshotError("the env has no work tree yet; call reset() first")
+        return self.tree.merged
+
+    def _use_task(self, task: Task) -> TaskLayers:
+        self.task = task
+        self.layers = task_layers(self.store, task)
+        if self.tree is None or self.tree.pinned != len(self.layers.start):
+            if self.tree is not None:
+                self.tree.close()
+            self.tree = OverlayTree(self.store, pinned=len(self.layers.start), max_layers=self.max_layers)
+        return self.layers
+
+    def _info(self, **extra: Any) -> dict[str, Any]:
+        info: dict[str, Any] = {
+            "task_id": self.task.instance_id,
+            "success": False,
+            "won": False,
+            "invalid": False,
+            "step": self.t,
+            "cwd": self.cwd,
+        }
+        info.update(extra)
+        return info
+
+    def gold_root(self) -> str:
+        """Host path of a mounted view of the current task's gold state (privileged, for oracles; do not write)."""
+        assert self.layers is not None
+        if self._gold is None or self._gold[0] != self.task.instance_id:
+            if self._gold is not None:
+                self._gold[1].close()
+            view = OverlayTree(self.store, pinned=len(self.layers.gold), max_layers=len(self.layers.gold) + 1)
+            view.mount(self.layers.gold)
+            self._gold = (self.task.instance_id, view)
+        return self._gold[1].merged
+
+    # ----- SnapshotEnvBase --------------------------------------------------------------------------------------
+    def _reset(self, *, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        if "task_id" in options:
+            if options["task_id"] not in self._by_id:
+                raise ValueError(f"unknown task_id {options['task_id']!r}; known: {sorted(self._by_id)[:10]}...")
+            task = self._by_id[options["task_id"]]
+        elif "index" in options:
+            task = self.tasks[int(options["index"]) % len(self.tasks)]
+        else:
+            task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        layers = self._use_task(task)
+        assert self.tree is not None
+        self.tree.mount(layers.start)
+        self.cwd = WORKDIR
+        self.shell_env = tuple(sorted(self.backend.base_env().items()))
+        self.t = 0
+        self.last_grade = None
+        obs = f"{INSTRUCTIONS}\n\n<issue>\n{task.problem_statement.strip()}\n</issue>"
+        self._last = (obs, self._info())
+        return self._last[0], dict(self._last[1])
+
+    def _run_tool(self, action: str) -> tuple[str, dict[str, Any], bool]:
+        """Returns (observation, extra info, submitted)."""
+        try:
+            call = parse_action(action)
+        except ToolError as exc:
+            return str(exc), {"invalid": True, "tool": ""}, False
+        a = call.args
+        extra: dict[str, Any] = {"tool": call.tool}
+        try:
+            if call.tool == "submit":
+                return "Submitted.", extra, True
+            if call.tool == "bash":
+                timeout = float(a.get("timeout") or self.backend.limits.timeout_s)
+                r = self.backend.run(self.root, a["command"], cwd=self.cwd, env=dict(self.shell_env), timeout=timeout)
+                self.cwd, self.shell_env = r.cwd, r.env
+                extra["exit_code"] = r.exit_code
+                out = r.output if r.output.strip() else "(no output)"
+                return out + ("" if r.exit_code in (0, None) else f"\n[exit code {r.exit_code}]"), extra, False
+            if call.tool == "view":
+                return view(self.root, a["path"], a.get("view_range")), extra, False
+            if call.tool == "str_replace":
+                return str_replace(self.root, a["path"], a["old_str"], a.get("new_str", "")), extra, False
+            if call.tool == "create":
+                return create(self.root, a["path"], a["file_text"]), extra, False
+        except ToolError as exc:
+            return f"Error: {exc}", {**extra, "invalid": True}, False
+        except OSError as exc:
+            return f"Error: {exc.strerror or exc}", {**extra, "invalid": True}, False
+        raise AssertionError(f"unhandled tool {call.tool}; known {TOOLS}")  # pragma: no cover
+
+    def _step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
+        obs, extra, submitted = self._run_tool(action)
+        self.t += 1
+        truncated = not submitted and self.t >= self.max_steps
+        reward = 0.0
+        info = self._info(**extra)
+        if submitted or truncated:
+            g = self.evaluate()
+            reward = 1.0 if g.success else 0.0
+            info.update(success=g.success, won=g.success, tests_failed=list(g.failed), tests_passed=g.passed)
+            verdict = "All tests pass." if g.success else f"{len(g.failed)} required test(s) fail."
+            obs = f"{obs}\n[episode over: {verdict}]" if truncated else f"{obs} {verdict}"
+        self._last = (obs, info)
+        return obs, reward, submitted, truncated, dict(info)
+
+    def evaluate(self) -> Grade:
+        """Grade the current tree (resets the test files in it: call at the end of an episode)."""
+        assert self.layers is not None
+        files = pristine_test_files(self.store, self.task, self.layers)
+        self.last_grade = grade(self.backend, self.root, self.task, files, timeout=self.test_timeout)
+        return self.last_grade
+
+    def _snapshot(self) -> SWEState:
+        assert self.tree is not None
+        stack = self.tree.freeze()
+        obs, info = self._last
+        return SWEState(
+            self.task.instance_id,
+            stack,
+            str(self.store.root),
+            self.cwd,
+            self.shell_env,
+            self.t,
+            obs,
+            tuple(copy.deepcopy(info).items()),
+        )
+
+    def _restore(self, payload: Any, snapshot: Snapshot) -> tuple[str, dict[str, Any]]:
+        if not isinstance(payload, SWEState):
+            raise SnapshotError(f"SWEEnv cannot restore a payload of type {type(payload).__name__}")
+        if payload.task_id not in self._by_id:
+            raise SnapshotError(f"snapshot of task {payload.task_id!r}, which this env's task list lacks")
+        same_store = payload.store == str(self.store.root)
+        if not same_store or not all(self.store.exists(x) for x in payload.stack):
+            return self.restore_by_replay(snapshot)
+        self._use_task(self._by_id[payload.task_id])
+        assert self.tree is not None
+        try:
+            self.tree.mount(payload.stack)
+        except OverlayError as exc:
+            if exc.errno != errno.ENOENT:
+                raise
+            return self.restore_by_replay(snapshot)
+        self.cwd, self.shell_env, self.t = payload.cwd, payload.env, payload.step
+        self.last_grade = None
+        self._last = (payload.obs, dict(payload.info))
+        return payload.obs, dict(payload.info)
+
+    def _discard(self, payload: Any) -> None:
+        if isinstance(payload, SWEState) and payload.store == str(self.store.root):
+            self.store.decref(payload.stack)
+
+    def close(self) -> None:
+        if self._gold is not None:
+            self._gold[1].close()
+            self._gold = None
+        if self.tree is not None:
+            self.tree.close()
+            self.tree = None
+        self.backend.close()
+        super().close()

@@ -1,0 +1,349 @@
+"""Where the SWE env's shell commands run: one `Backend` interface, two implementations.
+
+- `LocalBackend` (default): bubblewrap. Each command runs in fresh namespaces (no network: only a private
+  loopback; own PID, IPC and UTS namespaces), sees the host's system directories and Python read-only, the work
+  tree read-write at ``/repo`` and a private tmpfs at ``/tmp``, runs as an unprivileged uid (65534) with no
+  capabilities and no-new-privs, under rlimits (memory, CPU seconds, processes, file size) and a wall-clock
+  timeout that kills the whole sandbox. Needs ``bwrap`` and ``setpriv`` and root (bubblewrap binds as root,
+  then drops to the uid).
+- `envs.swe.container.DockerBackend`: the same commands through the Docker Engine API (``docker`` SDK; works
+  against Podman's Docker-compatible socket).
+
+Both keep the shell's state between commands the way a terminal would: the working directory and exported
+variables after each command are returned in `CommandResult` (they are part of the env's snapshot), and passed
+to the next command.
+
+Example:
+    >>> b = LocalBackend()                                                  # doctest: +SKIP
+    >>> r = b.run("/path/to/tree", "cd src && export X=1; ls", cwd="/repo", env=b.base_env())  # doctest: +SKIP
+    >>> r.cwd, dict(r.env)["X"]                                             # doctest: +SKIP
+    ('/repo/src', '1')
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol
+
+from envkit.errors import EnvkitError
+
+WORKDIR = "/repo"
+_VOLATILE_VARS = {"PWD", "OLDPWD", "SHLVL", "_"}
+_SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+
+
+class SandboxError(EnvkitError, RuntimeError):
+    """The sandbox could not start (missing tool, missing privilege); the message says how to fix it."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Resource limits of one command.
+
+    Attributes:
+        timeout_s: Default wall-clock limit of a command (a command may ask for less or up to `max_timeout_s`).
+        max_timeout_s: Largest timeout a command may ask for.
+        output_chars: Characters of output shown; longer output keeps its head and tail with a marker between.
+        output_hard_bytes: Output beyond this kills the command (``yes`` cannot fill memory).
+        memory_mb: Address-space limit (RLIMIT_AS) per process.
+        nproc: Process limit of the sandbox uid (RLIMIT_NPROC).
+        file_mb: Largest file a command may write (RLIMIT_FSIZE).
+    """
+
+    timeout_s: float = 60.0
+    max_timeout_s: float = 600.0
+    output_chars: int = 16_000
+    output_hard_bytes: int = 16 << 20
+    memory_mb: int = 4096
+    nproc: int = 512
+    file_mb: int = 512
+
+    def __post_init__(self) -> None:
+        if not 0 < self.timeout_s <= self.max_timeout_s:
+            raise ValueError(f"Limits: need 0 < timeout_s <= max_timeout_s, got {self.timeout_s}, {self.max_timeout_s}")
+        if self.output_chars < 200:
+            raise ValueError(f"Limits.output_chars must be >= 200, got {self.output_chars}")
+        if min(self.memory_mb, self.nproc, self.file_mb, self.output_hard_bytes) <= 0:
+            raise ValueError("Limits: memory_mb, nproc, file_mb and output_hard_bytes must be positive")
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a command did.
+
+    Attributes:
+        output: Combined stdout and stderr (decoded, capped; see `Limits.output_chars`).
+        exit_code: The shell's exit status (None when it was killed).
+        timed_out: Killed at the wall-clock limit.
+        cwd: Working directory after the command (unchanged if the shell exited early).
+        env: Exported variables after the command, sorted.
+    """
+
+    output: str
+    exit_code: int | None
+    timed_out: bool
+    cwd: str
+    env: tuple[tuple[str, str], ...]
+
+
+class Backend(Protocol):
+    """Runs shell commands against a work tree on the host (mounted at ``WORKDIR`` inside)."""
+
+    name: str
+    limits: Limits
+
+    def base_env(self) -> dict[str, str]: ...
+
+    def run(
+        self,
+        tree: str,
+        command: str,
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        timeout: float,
+        output_chars: int | None = None,
+    ) -> CommandResult: ...
+
+    def close(self) -> None: ...
+
+
+def cap_output(head: bytes, tail: bytes, total: int, limit: int) -> str:
+    """Decode captured output and keep at most `limit` characters: head and tail with a marker between."""
+    half = limit // 2
+    if total <= len(head) + len(tail):  # nothing was dropped while reading
+        text = (head + tail).decode("utf-8", "replace")
+        if len(text) <= limit:
+            return text
+        return f"{text[:half]}\n[... {len(text) - 2 * half} characters of output omitted ...]\n{text[-half:]}"
+    first = head.decode("utf-8", "replace")[:half]
+    last = tail.decode("utf-8", "replace")[-half:]
+    return f"{first}\n[... {total} bytes of output, the middle omitted ...]\n{last}"
+
+
+def shell_script(state_fd: int) -> str:
+    """The bash prelude/trailer around a command: restore cwd, run it, report cwd and env on `state_fd`."""
+    return (
+        'cd -- "$ENVKIT_CWD" 2>/dev/null || cd ' + WORKDIR + "\n"
+        "__envkit_cmd=$ENVKIT_CMD; unset ENVKIT_CMD ENVKIT_CWD\n"
+        'eval "$__envkit_cmd"\n'
+        "__envkit_rc=$?\n"
+        f"{{ pwd; env -0; }} >&{state_fd} 2>/dev/null\n"
+        "exit $__envkit_rc\n"
+    )
+
+
+def parse_state(raw: bytes, cwd: str, env: Mapping[str, str]) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """Parse ``pwd`` + ``env -0`` as written by `shell_script`; fall back to the previous state."""
+    if not raw:
+        return cwd, tuple(sorted(env.items()))
+    first, _, rest = raw.partition(b"\n")
+    new_env: dict[str, str] = {}
+    for item in rest.split(b"\0"):
+        key, sep, value = item.decode("utf-8", "replace").partition("=")
+        if sep and key not in _VOLATILE_VARS and not key.startswith("BASH_FUNC_"):
+            new_env[key] = value
+    return first.decode("utf-8", "replace") or cwd, tuple(sorted(new_env.items()))
+
+
+def _python_roots() -> list[str]:
+    roots = {
+        os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, os.path.dirname(os.path.dirname(sys.executable)))
+    }
+    return sorted(r for r in roots if not any(r == d or r.startswith(d + "/") for d in _SYSTEM_DIRS))
+
+
+def read_capped(proc: subprocess.Popen[bytes], deadline: float, keep: int, hard: int) -> tuple[bytes, bytes, int, str]:
+    """Read `proc.stdout` until EOF or `deadline`.
+
+    Returns:
+        (head, tail, total bytes, why it stopped early: "" | "timeout" | "overflow").
+    """
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    head = bytearray()
+    tail = bytearray()
+    total = 0
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return bytes(head), bytes(tail), total, "timeout"
+        ready, _, _ = select.select([fd], [], [], min(left, 0.5))
+        if not ready:
+            continue
+        chunk = os.read(fd, 1 << 16)
+        if not chunk:
+            return bytes(head), bytes(tail), total, ""
+        total += len(chunk)
+        if len(head) < keep:
+            take = keep - len(head)
+            head += chunk[:take]
+            chunk = chunk[take:]
+        if chunk:
+            tail = (tail + chunk)[-keep:]
+        if total > hard:
+            return bytes(head), bytes(tail), total, "overflow"
+
+
+class LocalBackend:
+    """bubblewrap sandbox (see the module docstring).
+
+    Args:
+        limits: Resource limits.
+        uid: The unprivileged uid (and gid) commands run as.
+        extra_ro_binds: More host directories to show read-only (same path inside).
+    """
+
+    name = "local"
+
+    def __init__(self, limits: Limits | None = None, *, uid: int = 65534, extra_ro_binds: tuple[str, ...] = ()):
+        self.limits = limits or Limits()
+        self.uid = uid
+        missing = [t for t in ("bwrap", "setpriv", "bash") if shutil.which(t) is None]
+        if missing:
+            raise SandboxError(
+                f"the SWE env's local backend needs {', '.join(missing)} on PATH: apt-get install bubblewrap "
+                "util-linux bash (or use backend='docker')"
+            )
+        if os.geteuid() != 0:
+            raise SandboxError(
+                "the SWE env's local backend needs root: it mounts overlayfs work trees and binds them into "
+                "bubblewrap before dropping to an unprivileged uid; run as root or use backend='docker'"
+            )
+        self._prefix = _python_roots()
+        self._binds = [d for d in _SYSTEM_DIRS if os.path.exists(d)]
+        self._extra = [os.path.realpath(p) for p in extra_ro_binds]
+
+    def base_env(self) -> dict[str, str]:
+        path = ":".join([*(f"{p}/bin" for p in self._prefix), "/usr/local/bin", "/usr/bin", "/bin"])
+        return {
+            "PATH": path,
+            "HOME": "/tmp",
+            "LANG": "C.UTF-8",
+            "TERM": "dumb",
+            "PAGER": "cat",
+            "GIT_PAGER": "cat",
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "PYTHONHASHSEED": "0",
+            "USER": "nobody",
+        }
+
+    def _argv(self, tree: str, cwd: str, env: Mapping[str, str], state_fd: int) -> list[str]:
+        argv = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+        argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
+        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        for d in self._binds:
+            argv += ["--ro-bind", d, d]
+        made: set[str] = set()
+        for root in [*self._prefix, *self._extra]:
+            parts = root.strip("/").split("/")
+            for i in range(1, len(parts)):
+                anc = "/" + "/".join(parts[:i])
+                if anc not in made:
+                    made.add(anc)
+                    argv += ["--perms", "0755", "--dir", anc]
+            argv += ["--ro-bind", root, root]
+        argv += [
+            "--bind",
+            tree,
+            WORKDIR,
+            "--perms",
+            "1777",
+            "--tmpfs",
+            "/tmp",
+            "--proc",
+            "/proc",
+            "--dev",
+            "/dev",
+            "--chdir",
+            "/",
+        ]
+        argv += ["--clearenv"]
+        for key, value in env.items():
+            argv += ["--setenv", key, value]
+        argv += ["--setenv", "ENVKIT_CWD", cwd]
+        argv += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--inh-caps=-all"]
+        argv += ["--", "bash", "-c", shell_script(state_fd)]
+        return argv
+
+    def _preexec(self, cpu_seconds: int) -> None:
+        mb = 1 << 20
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
+        resource.setrlimit(resource.RLIMIT_AS, (self.limits.memory_mb * mb, self.limits.memory_mb * mb))
+        resource.setrlimit(resource.RLIMIT_FSIZE, (self.limits.file_mb * mb, self.limits.file_mb * mb))
+        resource.setrlimit(resource.RLIMIT_NPROC, (self.limits.nproc, self.limits.nproc))
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+    def run(
+        self,
+        tree: str,
+        command: str,
+        *,
+        cwd: str,
+        env: Mapping[str, str],
+        timeout: float,
+        output_chars: int | None = None,
+    ) -> CommandResult:
+        """Run `command` with bash in the sandbox on work tree `tree` (a host directory).
+
+        Args:
+            tree: Host directory shown at ``/repo``.
+            command: Bash source (may span lines).
+            cwd: Working directory to start in (falls back to ``/repo`` when it does not exist).
+            env: The complete environment (from `base_env` or a previous `CommandResult.env`).
+            timeout: Wall-clock seconds (clamped to ``limits.max_timeout_s``).
+            output_chars: Characters of output to keep (default ``limits.output_chars``).
+        """
+        chars = output_chars or self.limits.output_chars
+        timeout = max(0.1, min(float(timeout), self.limits.max_timeout_s))
+        cpu = int(timeout) + 5
+        with tempfile.TemporaryFile() as state:
+            fd = state.fileno()
+            env = {**env, "ENVKIT_CMD": command}
+            proc = subprocess.Popen(
+                self._argv(tree, cwd, env, fd),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                pass_fds=(fd,),
+                start_new_session=True,
+                preexec_fn=lambda: self._preexec(cpu),
+            )
+            try:
+                head, tail, total, why = read_capped(
+                    proc, time.monotonic() + timeout, 4 * chars, max(self.limits.output_hard_bytes, 4 * chars)
+                )
+            finally:
+                if proc.poll() is None:
+                    try:
+                        os.killpg(proc.pid, signal.SIGKILL)
+                    except ProcessLookupError:
+                        pass
+                code = proc.wait()
+                assert proc.stdout is not None
+                proc.stdout.close()
+            state.seek(0)
+            raw = state.read()
+        if code != 0 and head.startswith(b"bwrap:") and not why:
+            raise SandboxError(f"bubblewrap could not start the sandbox: {head.decode(errors='replace').strip()}")
+        env.pop("ENVKIT_CMD")
+        new_cwd, new_env = parse_state(raw, cwd, env)
+        out = cap_output(head, tail, total, chars)
+        if why == "timeout":
+            out += f"\n[command timed out after {timeout:g} s and was killed]"
+        elif why == "overflow":
+            out += f"\n[command killed: output exceeded {self.limits.output_hard_bytes} bytes]"
+        return CommandResult(out, None if why else code, why == "timeout", new_cwd, new_env)
+
+    def close(self) -> None:
+        """Nothing to release (each command is its own sandbox)."""

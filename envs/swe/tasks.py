@@ -1,0 +1,221 @@
+"""SWE tasks: the record format, JSONL loading (envkit's own and SWE-bench's), and the shipped task set.
+
+A `Task` is a repository tree, an issue text, the tests that must pass (``FAIL_TO_PASS``) and keep passing
+(``PASS_TO_PASS``), and a gold patch. Where the tree comes from is `Task.source`:
+
+- ``archive:<file>``: a ``.tar.gz``/``.zip`` (e.g. a pip-downloaded sdist) next to the JSONL file, or an absolute
+  path; its single top-level directory is stripped.
+- ``dir:<path>``: a directory.
+- ``git:<path>@<commit>``: a commit of a local git repository (``git archive``): SWE-bench instances.
+
+The agent starts from the source tree with `Task.bug_patch` applied (generated tasks carry the injected bug
+there; SWE-bench instances have none). The gold state is the start tree plus `Task.patch`; tests run after
+`Task.test_patch` is applied and after every file they live in is reset to its pristine content.
+
+Files: one JSON object per line (``.jsonl`` or ``.jsonl.gz``) with the SWE-bench field names (``instance_id,
+repo, base_commit, patch, test_patch, problem_statement, FAIL_TO_PASS, PASS_TO_PASS``) plus envkit's optional
+``source, bug_patch, test_command``. `load_swebench` reads real SWE-bench records and finds each repository in a
+local directory of clones.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envkit.errors import DataNotFoundError
+
+TASKS_DIR = Path(__file__).resolve().parent / "tasks"
+DEFAULT_TASKS = TASKS_DIR / "more_itertools.jsonl.gz"
+PYTEST = "python -m pytest -p no:cacheprovider -rA --tb=short -q"
+
+
+@dataclass(frozen=True)
+class Task:
+    """One SWE task (field names follow SWE-bench; see the module docstring).
+
+    Attributes:
+        instance_id: Unique id.
+        repo: Repository name (``owner/name`` for SWE-bench).
+        problem_statement: The issue text shown to the agent.
+        fail_to_pass: Test ids (pytest node ids) that fail at the start and must pass.
+        pass_to_pass: Test ids that pass at the start and must keep passing.
+        patch: Gold patch (unified diff against the start tree).
+        source: Where the tree comes from (``archive:``, ``dir:`` or ``git:``).
+        base_commit: The commit (SWE-bench); informational for other sources.
+        bug_patch: Diff from the source tree to the start tree ("" when they are the same).
+        test_patch: Diff applied to the start tree before tests run (SWE-bench's hidden tests).
+        test_command: Shell command the test ids are appended to (pytest with ``-rA``).
+        metadata: Anything else (mutation kind, function, file), JSON-able.
+    """
+
+    instance_id: str
+    repo: str
+    problem_statement: str
+    fail_to_pass: tuple[str, ...]
+    pass_to_pass: tuple[str, ...]
+    patch: str
+    source: str
+    base_commit: str = ""
+    bug_patch: str = ""
+    test_patch: str = ""
+    test_command: str = PYTEST
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.instance_id:
+            raise ValueError("Task.instance_id must be a non-empty string")
+        if not self.fail_to_pass:
+            raise ValueError(f"task {self.instance_id}: FAIL_TO_PASS is empty; a task needs a failing test")
+        if not self.source.startswith(("archive:", "dir:", "git:")):
+            raise ValueError(
+                f"task {self.instance_id}: source {self.source!r} must start with 'archive:', 'dir:' or 'git:'"
+            )
+
+    @property
+    def test_ids(self) -> tuple[str, ...]:
+        """FAIL_TO_PASS then PASS_TO_PASS."""
+        return (*self.fail_to_pass, *self.pass_to_pass)
+
+    def test_files(self) -> tuple[str, ...]:
+        """Repository-relative files holding the tests, plus those the test patch touches (reset before tests)."""
+        files = {i.split("::", 1)[0] for i in self.test_ids if "::" in i}
+        files |= set(patch_paths(self.test_patch))
+        return tuple(sorted(files))
+
+    def to_record(self) -> dict[str, Any]:
+        """The JSON record (SWE-bench field names)."""
+        d = asdict(self)
+        d["FAIL_TO_PASS"] = list(d.pop("fail_to_pass"))
+        d["PASS_TO_PASS"] = list(d.pop("pass_to_pass"))
+        d["metadata"] = dict(self.metadata)
+        return d
+
+
+def _ids(value: Any) -> tuple[str, ...]:
+    if isinstance(value, str):  # SWE-bench on the HF hub stores these lists as JSON strings
+        value = json.loads(value) if value.strip() else []
+    return tuple(str(v) for v in value or ())
+
+
+def task_from_record(rec: Mapping[str, Any], *, base_dir: Path | None = None, source: str | None = None) -> Task:
+    """Build a `Task` from a JSON record (SWE-bench or envkit field names)."""
+    src = source or str(rec.get("source", ""))
+    if src.startswith("archive:") and base_dir is not None and not os.path.isabs(src[8:]):
+        src = "archive:" + str(base_dir / src[8:])
+    return Task(
+        instance_id=str(rec["instance_id"]),
+        repo=str(rec.get("repo", "")),
+        problem_statement=str(rec.get("problem_statement", "")),
+        fail_to_pass=_ids(rec.get("FAIL_TO_PASS", rec.get("fail_to_pass"))),
+        pass_to_pass=_ids(rec.get("PASS_TO_PASS", rec.get("pass_to_pass"))),
+        patch=str(rec.get("patch", "")),
+        source=src,
+        base_commit=str(rec.get("base_commit", "")),
+        bug_patch=str(rec.get("bug_patch", "")),
+        test_patch=str(rec.get("test_patch", "")),
+        test_command=str(rec.get("test_command") or PYTEST),
+        metadata=dict(rec.get("metadata") or {}),
+    )
+
+
+def _open(path: Path) -> Any:
+    return gzip.open(path, "rt", encoding="utf-8") if path.suffix == ".gz" else open(path, encoding="utf-8")
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """JSON objects of a ``.jsonl`` / ``.jsonl.gz`` / ``.json`` (list) file."""
+    p = Path(path)
+    if not p.exists():
+        raise DataNotFoundError(f"task file {p} does not exist; build one with scripts/make_swe_tasks.py")
+    with _open(p) as f:
+        text = f.read()
+    if text.lstrip().startswith("["):
+        return list(json.loads(text))
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def load_tasks(path: str | Path | None = None) -> list[Task]:
+    """Load envkit task records (default: the shipped more-itertools set)."""
+    p = Path(path) if path is not None else DEFAULT_TASKS
+    return [task_from_record(r, base_dir=p.parent) for r in read_records(p)]
+
+
+def save_tasks(tasks: Iterable[Task], path: str | Path) -> None:
+    """Write tasks as JSONL (gzip when the name ends with .gz, with a fixed mtime so the bytes reproduce)."""
+    p = Path(path)
+    lines = "".join(json.dumps(t.to_record(), sort_keys=True) + "\n" for t in tasks)
+    if p.suffix == ".gz":
+        with open(p, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0) as gz:
+            gz.write(lines.encode("utf-8"))
+    else:
+        p.write_text(lines, encoding="utf-8")
+
+
+def find_repo(repos_dir: Path, repo: str) -> Path | None:
+    """A local clone of ``owner/name`` under `repos_dir` (``owner__name``, ``owner/name`` or ``name``)."""
+    owner, _, name = repo.rpartition("/")
+    for cand in (repos_dir / f"{owner}__{name}", repos_dir / repo, repos_dir / name):
+        if (cand / ".git").exists() or (cand / "HEAD").exists():
+            return cand
+    return None
+
+
+def load_swebench(path: str | Path, repos_dir: str | Path, *, skip_missing: bool = True) -> list[Task]:
+    """Load SWE-bench JSONL records whose repository is cloned locally.
+
+    Args:
+        path: A SWE-bench ``.jsonl``/``.jsonl.gz``/``.json`` export (fields ``instance_id, repo, base_commit,
+            patch, test_patch, problem_statement, FAIL_TO_PASS, PASS_TO_PASS``).
+        repos_dir: Directory of git clones named ``owner__name`` (SWE-bench's convention), ``owner/name`` or
+            ``name``; each must contain the record's ``base_commit``.
+        skip_missing: Skip records whose repository is not there (else raise `DataNotFoundError`).
+
+    The test command is pytest with the record's test ids; repositories with their own runner (Django's
+    ``runtests.py``, SymPy's ``bin/test``) need ``test_command`` set on the records.
+    """
+    root = Path(repos_dir)
+    tasks: list[Task] = []
+    for rec in read_records(path):
+        clone = find_repo(root, str(rec["repo"]))
+        if clone is None:
+            if skip_missing:
+                continue
+            raise DataNotFoundError(
+                f"repository {rec['repo']} of {rec['instance_id']} is not under {root}: git clone it to "
+                f"{root / str(rec['repo']).replace('/', '__')}"
+            )
+        tasks.append(task_from_record(rec, source=f"git:{clone}@{rec['base_commit']}"))
+    return tasks
+
+
+_DIFF_PATH = re.compile(r"^(?:---|\+\+\+) (?:[ab]/)?(.+?)\s*$")
+
+
+def patch_paths(patch: str) -> list[str]:
+    """Repository-relative paths a unified diff touches (old and new names), in order of appearance."""
+    seen: dict[str, None] = {}
+    for line in patch.splitlines():
+        m = _DIFF_PATH.match(line)
+        if m and m.group(1) != "/dev/null":
+            seen[m.group(1).split("\t")[0]] = None
+    return list(seen)
+
+
+def select(tasks: Sequence[Task], ids: Iterable[str] | None) -> list[Task]:
+    """The tasks named in `ids` (all when None); unknown ids raise KeyError listing known ones."""
+    if ids is None:
+        return list(tasks)
+    by_id = {t.instance_id: t for t in tasks}
+    out = []
+    for i in ids:
+        if i not in by_id:
+            raise KeyError(f"unknown task id {i!r}; known: {', '.join(sorted(by_id)[:20])}")
+        out.append(by_id[i])
+    return out

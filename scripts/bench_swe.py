@@ -1,0 +1,199 @@
+"""Benchmark SWE work-tree snapshots: overlay layers vs a full copy vs a git tree, side by side in one run.
+
+The repository: ``--files`` (2,000) real files copied from this Python's standard library. Each round edits 10
+files, deletes 2 and creates 3, then times snapshot and restore for each mechanism on its own copy of the tree:
+
+- overlay: `OverlayTree.freeze()` (the upper dir becomes a layer; remount) and `OverlayTree.mount(stack)`;
+- copy: ``cp -a`` of the tree to a snapshot dir, and back (``rm -rf`` + ``cp -a``);
+- git: ``git add -A`` + ``git write-tree`` with a private index, and ``git read-tree --reset -u`` + ``git clean``.
+
+Also: the SWE env's own ``snapshot()`` + ``restore()`` (base-class bookkeeping included) and the cost of a
+snapshot that merges a deep layer stack. Prints one JSON object (milliseconds: medians and p90s). Needs root.
+
+    python scripts/bench_swe.py --files 2000 --rounds 15
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from tqdm import tqdm
+
+from envs.swe.layers import LayerStore, OverlayTree
+
+
+def make_repo(dest: Path, n: int) -> tuple[int, int]:
+    """Copy n stdlib files into dest; returns (files, bytes)."""
+    src = Path(sysconfig.get_paths()["stdlib"])
+    count = size = 0
+    for path in sorted(src.rglob("*")):
+        if count >= n:
+            break
+        if not path.is_file() or "site-packages" in path.parts or "__pycache__" in path.parts:
+            continue
+        out = dest / path.relative_to(src)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, out)
+        count += 1
+        size += out.stat().st_size
+    return count, size
+
+
+def edit(root: Path, i: int, files: list[str]) -> None:
+    """10 edits, 2 deletions, 3 new files (round i)."""
+    for k in range(10):
+        p = root / files[(i * 17 + k * 31) % len(files)]
+        if p.exists():
+            with open(p, "a") as f:
+                f.write(f"\n# round {i} edit {k}\n")
+    for k in range(2):
+        p = root / files[(i * 13 + k * 7 + 5) % len(files)]
+        if p.exists():
+            p.unlink()
+    for k in range(3):
+        (root / f"new_{i}_{k}.txt").write_text("x" * 1000)
+
+
+def stats(xs: list[float]) -> dict[str, float]:
+    xs = sorted(xs)
+    return {"median": round(statistics.median(xs), 2), "p90": round(xs[int(0.9 * (len(xs) - 1))], 2)}
+
+
+def timed(fn: Callable[[], object]) -> tuple[float, object]:
+    t = time.perf_counter()
+    out = fn()
+    return 1000 * (time.perf_counter() - t), out
+
+
+def sh(*args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
+    return subprocess.run(args, cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def main(
+    files: Annotated[int, typer.Option(help="files in the repository")] = 2000,
+    rounds: Annotated[int, typer.Option(help="snapshot/restore rounds per mechanism")] = 15,
+    deep: Annotated[int, typer.Option(help="successive snapshots for the layer-merge measurement")] = 60,
+) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="envkit-bench-swe-"))
+    try:
+        src = tmp / "src"
+        n, size = make_repo(src, files)
+        listing = sorted(str(p.relative_to(src)) for p in src.rglob("*") if p.is_file())
+        result: dict[str, object] = {"files": n, "megabytes": round(size / 1e6, 1), "rounds": rounds}
+
+        # overlay
+        store = LayerStore(tmp / "store")
+        base = store.import_tree(src)
+        tree = OverlayTree(store, pinned=1, max_layers=48)
+        tree.mount((base,))
+        snap_ms: list[float] = []
+        rest_ms: list[float] = []
+        for i in tqdm(range(rounds), desc="overlay", file=sys.stderr):
+            edit(Path(tree.merged), i, listing)
+            ms, stack = timed(tree.freeze)
+            snap_ms.append(ms)
+            edit(Path(tree.merged), i + 1000, listing)
+            ms, _ = timed(lambda s=stack: tree.mount(s))
+            rest_ms.append(ms)
+        result["overlay"] = {"snapshot_ms": stats(snap_ms), "restore_ms": stats(rest_ms)}
+        merge_ms: list[float] = []
+        for i in tqdm(range(deep), desc="deep stack", file=sys.stderr):
+            Path(tree.merged, f"deep_{i}.txt").write_text(str(i))
+            ms, stack = timed(tree.freeze)
+            if i >= 40:
+                merge_ms.append(ms)
+        result["overlay_deep_stack"] = {
+            "snapshots": deep,
+            "max_layers": tree.max_layers,
+            "final_depth": len(tree.stack),
+            "snapshot_ms_after_40": stats(merge_ms),
+        }
+        tree.close()
+        store.close()
+
+        # full copy
+        work = tmp / "copy"
+        shutil.copytree(src, work, symlinks=True)
+        snap_ms, rest_ms = [], []
+        for i in tqdm(range(rounds), desc="cp -a", file=sys.stderr):
+            edit(work, i, listing)
+            dst = tmp / f"copy_snap_{i}"
+            ms, _ = timed(lambda d=dst: sh("cp", "-a", str(work), str(d), cwd=tmp))
+            snap_ms.append(ms)
+            edit(work, i + 1000, listing)
+
+            def back(d: Path = dst) -> None:
+                shutil.rmtree(work)
+                sh("cp", "-a", str(d), str(work), cwd=tmp)
+
+            ms, _ = timed(back)
+            rest_ms.append(ms)
+            shutil.rmtree(dst)
+        result["copy"] = {"snapshot_ms": stats(snap_ms), "restore_ms": stats(rest_ms)}
+
+        # git tree with a private index
+        work = tmp / "git"
+        shutil.copytree(src, work, symlinks=True)
+        env = {
+            **os.environ,
+            "GIT_INDEX_FILE": str(tmp / "git.index"),
+            "GIT_AUTHOR_NAME": "b",
+            "GIT_AUTHOR_EMAIL": "b@b",
+        }
+        env |= {"GIT_COMMITTER_NAME": "b", "GIT_COMMITTER_EMAIL": "b@b"}
+        sh("git", "init", "-q", cwd=work)
+        sh("git", "add", "-A", cwd=work, env=env)
+        sh("git", "write-tree", cwd=work, env=env)
+        snap_ms, rest_ms = [], []
+        for i in tqdm(range(rounds), desc="git", file=sys.stderr):
+            edit(work, i, listing)
+            ms, tree_id = timed(lambda: (sh("git", "add", "-A", cwd=work, env=env), sh("git", "write-tree", cwd=work, env=env))[1].strip())  # fmt: skip
+            snap_ms.append(ms)
+            edit(work, i + 1000, listing)
+            ms, _ = timed(lambda t=tree_id: (sh("git", "read-tree", "--reset", "-u", str(t), cwd=work, env=env), sh("git", "clean", "-fdxq", cwd=work, env=env)))  # fmt: skip
+            rest_ms.append(ms)
+        result["git"] = {"snapshot_ms": stats(snap_ms), "restore_ms": stats(rest_ms)}
+
+        # the env's own snapshot()/restore() on a shipped task (base-class bookkeeping included)
+        from envs.swe.env import SWEEnv
+
+        env_obj = SWEEnv(max_steps=1000)
+        env_obj.reset(seed=0, options={"index": 0})
+        snap_ms, rest_ms = [], []
+        for i in range(rounds):
+            Path(env_obj.root, f"e{i}.txt").write_text("e")
+            ms, s = timed(env_obj.snapshot)
+            snap_ms.append(ms)
+            Path(env_obj.root, "README.rst").unlink(missing_ok=True)
+            ms, _ = timed(lambda s=s: env_obj.restore(s))
+            rest_ms.append(ms)
+        env_obj.close()
+        result["swe_env"] = {"snapshot_ms": stats(snap_ms), "restore_ms": stats(rest_ms)}
+
+        total = {
+            k: result[k]["snapshot_ms"]["median"] + result[k]["restore_ms"]["median"]
+            for k in ("overlay", "copy", "git")
+        }  # type: ignore[index]
+        result["snapshot_plus_restore_ms"] = {k: round(v, 2) for k, v in total.items()}
+        result["speedup_vs_overlay"] = {k: round(v / max(total["overlay"], 1e-9), 1) for k, v in total.items()}
+        result["target_50ms_met"] = total["overlay"] <= 50.0
+        result["load_average"] = [round(x, 2) for x in os.getloadavg()]
+        print(json.dumps(result))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    typer.run(main)

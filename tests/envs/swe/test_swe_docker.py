@@ -1,0 +1,63 @@
+"""The docker backend against a real engine (Podman's Docker-compatible API); skipped when none starts."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytestmark = pytest.mark.container
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory):
+    pytest.importorskip("docker", reason="the docker SDK is not installed: pip install 'envkit[swe]'")
+    from envs.swe.container import DockerBackend, start_podman_service
+    from envs.swe.sandbox import SandboxError
+
+    try:
+        url, proc = start_podman_service(tmp_path_factory.mktemp("podman"))
+    except SandboxError as exc:
+        pytest.skip(f"no container engine could start here: {exc}")
+    try:
+        backend = DockerBackend(base_url=url)
+        probe = backend.run("/tmp", "echo ok", cwd="/repo", env=backend.base_env(), timeout=60)
+        if "ok" not in probe.output:
+            pytest.skip(f"podman runs no containers here: {probe.output[-500:]}")
+        yield url
+    except Exception as exc:
+        pytest.skip(f"podman could not run a container here: {exc}")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def test_docker_backend_env_isolation_snapshot_and_reward(engine, swe_tasks):
+    from envs.swe.container import DockerBackend
+    from envs.swe.env import SWEEnv
+    from oracles.base import run_oracle
+    from oracles.swe import GoldPatchOracle
+
+    env = SWEEnv(tasks=swe_tasks, backend=DockerBackend(base_url=engine), max_steps=20)
+    try:
+        obs, info = env.reset(seed=0, options={"index": 0})
+        out, *_, info = env.step(
+            json.dumps({"tool": "bash", "command": "id -u; cd tests && export K=v; echo hi > /repo/x.txt"})
+        )
+        assert out.split() == ["65534"] and info["cwd"] == "/repo/tests"
+        out, *_ = env.step(json.dumps({"tool": "bash", "command": "echo $K; cat ../x.txt; touch /etc/y 2>&1 | grep -c Read-only; "
+                                       "python -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)\" 2>&1 | tail -1"}))  # fmt: skip
+        lines = out.splitlines()
+        assert lines[:3] == ["v", "hi", "1"] and "Error" in lines[3]
+        snap = env.snapshot()
+        env.step(json.dumps({"tool": "bash", "command": "rm -rf /repo/more_itertools"}))
+        out, *_ = env.step(json.dumps({"tool": "bash", "command": "ls /repo | grep -c more_itertools"}))
+        assert out.startswith("0")
+        obs, info = env.restore(snap)
+        out, *_ = env.step(json.dumps({"tool": "bash", "command": "ls /repo/more_itertools/more.py; echo $K"}))
+        assert out.split() == ["/repo/more_itertools/more.py", "v"]
+        obs, info = env.restore(snap)
+        run = run_oracle(env, GoldPatchOracle(), obs, info, max_steps=10)
+        assert run.success and run.steps[-1].reward == 1.0
+    finally:
+        env.close()

@@ -1,0 +1,76 @@
+"""The local sandbox: no network, no writes outside the work tree, unprivileged, limited, cleaned up."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from envs.swe.layers import chown_tree
+from envs.swe.sandbox import Limits, LocalBackend
+
+
+@pytest.fixture()
+def box(tmp_path):
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "f.txt").write_text("data\n")
+    chown_tree(tree, 65534, 65534)
+    os.chmod(tmp_path, 0o755)
+    b = LocalBackend(Limits(timeout_s=20, memory_mb=1024, output_chars=2000))
+    return b, str(tree)
+
+
+def run(box, cmd, **kw):
+    b, tree = box
+    return b.run(tree, cmd, cwd="/repo", env=b.base_env(), timeout=kw.pop("timeout", 20), **kw)
+
+
+def test_no_network(box):
+    r = run(box, "python - <<'EOF'\nimport socket\nfor target in [('1.1.1.1', 53), ('8.8.8.8', 443)]:\n"
+                 "    try:\n        socket.create_connection(target, timeout=2)\n        print('CONNECTED')\n"
+                 "    except OSError as e:\n        print('blocked', e.errno)\n"
+                 "try:\n    socket.getaddrinfo('pypi.org', 443)\n    print('RESOLVED')\nexcept OSError:\n    print('no dns')\nEOF\n"
+                 "ip -o link 2>/dev/null | awk '{print $2}'")  # fmt: skip
+    assert "CONNECTED" not in r.output and "RESOLVED" not in r.output
+    assert r.output.count("blocked") == 2 and "no dns" in r.output
+
+
+def test_writes_only_in_tree_and_private_tmp(box, tmp_path):
+    marker = f"/tmp/envkit-isolation-{os.getpid()}"
+    r = run(box, f"echo x > /repo/ok.txt && echo ok; touch /etc/evil; touch /usr/evil; touch {tmp_path}/evil; "
+                 f"touch {marker} && echo tmp-ok; id -u; cat /proc/self/status | grep CapEff")  # fmt: skip
+    assert "ok" in r.output and "tmp-ok" in r.output
+    assert (tmp_path / "tree" / "ok.txt").read_text() == "x\n"
+    assert not os.path.exists("/etc/evil") and not os.path.exists("/usr/evil")
+    assert not (tmp_path / "evil").exists() and not os.path.exists(marker)  # /tmp inside is private
+    assert "65534" in r.output.split() and "CapEff:\t0000000000000000" in r.output
+
+
+def test_cannot_see_host_home_or_processes(box):
+    r = run(box, "ls -A /root | grep -v '^.pyenv$' | wc -l; test -e /work && echo work-visible || echo no-work; "
+                 "ps -e --no-headers | wc -l")  # fmt: skip
+    lines = r.output.split()
+    assert lines[0] == "0"  # only the bound Python prefix's parents exist under /root
+    assert lines[1] == "no-work"
+    assert int(lines[2]) <= 5  # own PID namespace
+
+
+def test_timeout_kills_the_whole_sandbox(box):
+    r = run(box, "(sleep 100 &) ; sleep 100", timeout=1)
+    assert r.timed_out and r.exit_code is None and "timed out" in r.output
+
+
+def test_output_is_capped_and_memory_limited(box):
+    r = run(box, "seq 1 200000")
+    assert len(r.output) < 2200 and "omitted" in r.output and r.output.rstrip().endswith("200000")
+    r = run(box, "python -c 'x = bytearray(2 << 30); print(\"allocated\")'")
+    assert "allocated" not in r.output and "MemoryError" in r.output
+
+
+def test_cwd_and_env_carry_over(box):
+    b, tree = box
+    r = b.run(tree, "mkdir -p d && cd d && export A=1 && unset LANG", cwd="/repo", env=b.base_env(), timeout=10)
+    assert r.cwd == "/repo/d" and dict(r.env)["A"] == "1" and "LANG" not in dict(r.env)
+    r2 = b.run(tree, "pwd; echo $A", cwd=r.cwd, env=dict(r.env), timeout=10)
+    assert r2.output.split() == ["/repo/d", "1"]
