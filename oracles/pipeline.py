@@ -19,7 +19,6 @@ import dataclasses
 import json
 import os
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,11 +26,12 @@ from typing import Any
 
 import numpy as np
 
-from envkit.core import Trajectory
-from envkit.io import RecordStore, write_parquet
+from envkit.io import RecordStore
 from envkit.policies import Policy, PolicyInput
 from envkit.pool import EnvFactory, make_pool
 from envkit.rollout import Task, rollout
+from oracles.continuation import OwnerTrackingPool, needs_discard
+from oracles.records import STEP_FIELDS, summarize, summary_path, task_records, task_stats, write_output
 from oracles.sero import (
     ContinuationOutcome,
     SeroConfig,
@@ -42,6 +42,8 @@ from oracles.sero import (
     run_continuations,
     select_roots,
 )
+
+__all__ = ["DEFAULT_ENV", "STEP_FIELDS", "RunConfig", "run", "summarize", "summary_path", "task_seed"]
 
 DEFAULT_ENV = "envkit/WebShop-v0"
 #: Episode step budgets (verl-agent's settings where it has them).
@@ -61,39 +63,6 @@ MIN_BUDGETS: dict[str, int] = {
 }
 #: GraphGPO distance discounts (METHODS section 3).
 GAMMA_G: dict[str, float] = {"envkit/WebShop-v0": 0.20, "envkit/WebShopBrowser-v0": 0.20}
-STEP_FIELDS = (
-    "env_id",
-    "task_id",
-    "task",
-    "seed",
-    "group",
-    "trajectory",
-    "step",
-    "observation",
-    "action",
-    "reward",
-    "next_observation",
-    "terminated",
-    "truncated",
-    "invalid",
-    "admissible_actions",
-    "success",
-    "is_oracle",
-    "root_id",
-    "root_trajectory",
-    "root_step",
-    "restored_by",
-    "oracle_loglik",
-    "reach_weight",
-    "distance",
-    "distance_before",
-    "step_reward",
-    "graph_advantage",
-    "episode_advantage",
-    "advantage",
-    "weighted_advantage",
-    "episode_return",
-)
 
 
 @dataclass(frozen=True)
@@ -198,12 +167,6 @@ def task_seed(seed: int, index: int) -> int:
     return int(np.random.SeedSequence([seed, index]).generate_state(1)[0] & 0x7FFFFFFF)
 
 
-def summary_path(out: str | os.PathLike[str]) -> Path:
-    """Where a run's summary lives: ``<out>.summary.json``."""
-    p = Path(out)
-    return p.with_name(p.name + ".summary.json")
-
-
 class _StableKeys:
     """Gives each episode a key that depends only on (task index, rollout index), not on the batch layout."""
 
@@ -214,163 +177,6 @@ class _StableKeys:
 
     def act(self, batch: Sequence[PolicyInput]) -> list[str]:
         return self.policy.act([dataclasses.replace(x, key=self.keys[x.key]) for x in batch])
-
-
-def _task_records(
-    cfg: RunConfig,
-    index: int,
-    trajs: Sequence[Trajectory],
-    outcomes: Sequence[ContinuationOutcome],
-    weighted: Sequence[Any],
-    credit: tuple[dict[Any, Any], dict[Any, Any]],
-) -> list[dict[str, Any]]:
-    pol, ora = credit
-    task_id = f"task-{index}"
-    base = {"env_id": cfg.env_id, "task_id": task_id, "task": index, "seed": task_seed(cfg.seed, index), "group": index}
-    recs: list[dict[str, Any]] = []
-
-    def row(traj_id: int, t: int, st: Any, info_before: Mapping[str, Any], success: bool, **extra: Any) -> None:
-        c = extra.pop("credit", None)
-        recs.append(
-            {
-                **base,
-                "trajectory": traj_id,
-                "step": t,
-                "observation": st.observation,
-                "action": st.action,
-                "reward": float(st.reward),
-                "next_observation": st.next_observation,
-                "terminated": st.terminated,
-                "truncated": st.truncated,
-                "invalid": bool(st.info.get("invalid", False)),
-                "admissible_actions": [str(a) for a in info_before.get("admissible_actions") or []],
-                "success": success,
-                "distance": None if c is None else c.distance,
-                "distance_before": None if c is None else c.distance_before,
-                "step_reward": None if c is None else c.step_reward,
-                "graph_advantage": None if c is None else c.graph_advantage,
-                "episode_advantage": None if c is None else c.episode_advantage,
-                "advantage": None if c is None else c.advantage,
-                "episode_return": cfg.sero.terminal_reward * success,
-                **extra,
-            }
-        )
-        r = recs[-1]
-        r["weighted_advantage"] = None if r["advantage"] is None else r["advantage"] * r["reach_weight"]
-
-    for i, traj in enumerate(trajs):
-        info = traj.initial_info
-        for t, st in enumerate(traj.steps):
-            row(
-                i,
-                t,
-                st,
-                info,
-                traj.success,
-                credit=pol.get((i, t)),
-                is_oracle=False,
-                root_id="",
-                root_trajectory=-1,
-                root_step=-1,
-                restored_by="",
-                oracle_loglik=None,
-                reach_weight=1.0,
-            )
-            info = st.info
-    k_ok = 0
-    for k, (o, w) in enumerate(zip(outcomes, weighted, strict=True)):
-        if not o.success:
-            continue
-        info = o.root_info
-        rid = f"{task_id}/traj-{o.root.trajectory}/step-{o.root.t}"
-        for j, st in enumerate(o.steps):
-            row(
-                len(trajs) + k_ok,
-                o.root.t + j,
-                st,
-                info,
-                True,
-                credit=ora.get((k, j)),
-                is_oracle=True,
-                root_id=rid,
-                root_trajectory=o.root.trajectory,
-                root_step=o.root.t,
-                restored_by=o.restored_by,
-                oracle_loglik=w.loglik[j],
-                reach_weight=w.weights[j],
-            )
-            info = st.info
-        k_ok += 1
-    return [{k: r[k] for k in STEP_FIELDS} for r in recs]
-
-
-def _task_stats(
-    trajs: Sequence[Trajectory], outcomes: Sequence[ContinuationOutcome], weighted: Sequence[Any]
-) -> dict[str, Any]:
-    ok = [t for t in trajs if not t.failed]
-    rescued = {o.root.trajectory for o in outcomes if o.success}
-    wts = [v for w, o in zip(weighted, outcomes, strict=True) if o.success for v in w.weights]
-    return {
-        "trajectories": len(trajs),
-        "failed_to_run": len(trajs) - len(ok),
-        "policy_steps": sum(t.length for t in trajs),
-        "policy_successes": sum(t.success for t in ok),
-        "rescued_trajectories": len(rescued),
-        "roots_tried": len(outcomes),
-        "restored_native": sum(o.restored_by == "native" for o in outcomes),
-        "restored_replay": sum(o.restored_by == "replay" for o in outcomes),
-        "replay_diverged": sum(o.diverged for o in outcomes),
-        "restore_failed": sum(not o.restored_by and not o.diverged for o in outcomes),
-        "continued_to_success": sum(o.success for o in outcomes),
-        "oracle_steps": sum(len(o.steps) for o in outcomes),
-        "oracle_rows": sum(len(o.steps) for o in outcomes if o.success),
-        "weight_sum": float(sum(wts)),
-        "choice_fallbacks": sum(w.choice_fallbacks for w in weighted),
-        "group_success_before": any(t.success for t in ok),
-        "group_success_after": any(t.success for t in ok) or bool(rescued),
-        "zero_adv_before": len({t.success for t in ok}) <= 1,
-        "zero_adv_after": len({t.success or i in rescued for i, t in enumerate(trajs) if not t.failed}) <= 1,
-        "stop_reasons": dict(Counter(o.reason.split(":")[0][:60] for o in outcomes if not o.success)),
-        "restore_s": sum(o.restore_s for o in outcomes),
-        "oracle_s": sum(o.oracle_s for o in outcomes),
-        "oracle_env_s": sum(o.env_s for o in outcomes),
-    }
-
-
-def summarize(stats: Sequence[Mapping[str, Any]], session: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The run summary: counters summed over tasks, derived rates, and this session's timing."""
-    keys = [
-        k for k in (stats[0] if stats else {}) if isinstance(stats[0][k], int | float | bool) and k != "stop_reasons"
-    ]
-    tot: dict[str, Any] = {k: sum(s[k] for s in stats) for k in keys}
-    for k in ("group_success_before", "group_success_after", "zero_adv_before", "zero_adv_after"):
-        if k in tot:
-            tot[k] = int(tot[k])
-    reasons: Counter[str] = Counter()
-    for s in stats:
-        reasons.update(s.get("stop_reasons", {}))
-    n = max(1, tot.get("trajectories", 0) - tot.get("failed_to_run", 0))
-    tot.update(
-        tasks=len(stats),
-        success_rate_before=tot.get("policy_successes", 0) / n,
-        success_rate_after=(tot.get("policy_successes", 0) + tot.get("rescued_trajectories", 0)) / n,
-        mean_reach_weight=tot.get("weight_sum", 0.0) / max(1, tot.get("oracle_rows", 0)),
-        stop_reasons=dict(sorted(reasons.items())),
-    )
-    return {"totals": tot, "session": dict(session or {})}
-
-
-def _write_output(store: RecordStore, path: Path) -> int:
-    recs = [r for r in store.records() if "__stats__" not in r]
-    tmp = path.with_name(path.name + ".tmp")
-    if path.suffix == ".jsonl":
-        with open(tmp, "w", encoding="utf-8") as f:
-            for r in recs:
-                f.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
-    else:
-        write_parquet(recs, tmp, meta=store.meta)
-    os.replace(tmp, path)
-    return len(recs)
 
 
 def run(
@@ -394,7 +200,9 @@ def run(
     pending = [i for i in range(cfg.tasks) if f"task-{i}" not in store.done]
     sero = cfg.sero
     timing: dict[str, float] = dict.fromkeys(("rollout_s", "continue_s", "scoring_s", "credit_s", "io_s"), 0.0)
-    counts: dict[str, int] = dict.fromkeys(("tasks_run", "policy_steps", "continuations", "oracle_steps"), 0)
+    counts: dict[str, int] = dict.fromkeys(
+        ("tasks_run", "policy_steps", "continuations", "oracle_steps", "snapshots_released"), 0
+    )
     per_chunk = cfg.chunk_tasks or max(1, -(-8 * cfg.workers // cfg.group))
     bar = _progress(cfg.progress, len(pending), cfg.tasks - len(pending))
     if pending:
@@ -408,8 +216,10 @@ def run(
             if fresh and not store.done:  # nothing stored: do not leave a journal that pins these settings
                 store.journal.unlink(missing_ok=True)
             raise
-        with pool_cm as pool:
-            md = pool.call(0, "metadata").value or {}
+        with pool_cm as raw_pool:
+            md = raw_pool.call(0, "metadata").value or {}
+            track = bool(raw_pool.call(0, "call", needs_discard).value)
+            pool = OwnerTrackingPool(raw_pool) if track else raw_pool
             snaps = cfg.backend == "inprocess" or bool(md.get("snapshot_picklable", True))
             for c in range(0, len(pending), per_chunk):
                 idx = pending[c : c + per_chunk]
@@ -433,6 +243,8 @@ def run(
                     for r in rs
                 ]
                 outs = run_continuations(pool, jobs)
+                if isinstance(pool, OwnerTrackingPool):  # snapshots that hold resources (SWE layers)
+                    counts["snapshots_released"] += pool.release()
                 t2 = time.perf_counter()
                 per_task: list[list[ContinuationOutcome]] = []
                 pos = 0
@@ -453,8 +265,8 @@ def run(
                     credit = credit_group(g, os_, sero)
                     t_score += tc - ts
                     t_credit += time.perf_counter() - tc
-                    recs = _task_records(cfg, i, g, os_, ws, credit)
-                    units.append((f"task-{i}", [*recs, {"__stats__": _task_stats(g, os_, ws)}]))
+                    recs = task_records(cfg.env_id, i, task_seed(cfg.seed, i), sero.terminal_reward, g, os_, ws, credit)
+                    units.append((f"task-{i}", [*recs, {"__stats__": task_stats(g, os_, ws)}]))
                 t3 = time.perf_counter()
                 for unit, recs in units:
                     store.append(unit, recs)
@@ -481,7 +293,7 @@ def run(
     if bar is not None:
         bar[0].stop()
     t5 = time.perf_counter()
-    n_rows = _write_output(store, out)
+    n_rows = write_output(store, out)
     timing["io_s"] += time.perf_counter() - t5
     wall = time.perf_counter() - t_start
     session = {

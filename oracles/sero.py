@@ -5,7 +5,8 @@ METHODS.md section 4 (the steps marked *ours* there are this module's documented
 1. `select_roots`: in a group with success rate < 1, the states on failed trajectories that have no known path to
    SUCCESS in the group's GraphGPO graph, deepest first, distinct states, at most ``roots_per_group``, each with
    at least ``min_budget`` steps of the episode budget (``horizon``) left. Terminal states are never roots.
-2. `continue_from_root` (runs inside a pool worker through the pool's ``call`` request): restore the root by
+2. `continue_from_root` (in `oracles.continuation`, re-exported here; runs inside a pool worker through the
+   pool's ``call`` request): restore the root by
    the env's native ``restore`` (which may itself fall back to verified replay: counted by
    ``env.unwrapped.last_restore_kind``), or, when there is no usable snapshot, by replaying the action prefix from
    the task's seed with every observation hash checked (`envkit.snapshot.replay`; a mismatch drops the root and is
@@ -31,25 +32,49 @@ Example:
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-import gymnasium as gym
 import numpy as np
 
-from envkit.core import Root, Step, Trajectory, jsonable
-from envkit.errors import ReplayDivergenceError, SnapshotError
+from envkit.core import Root, Step, Trajectory
 from envkit.policies import PolicyInput
-from envkit.pool import EnvPool, Request
-from envkit.snapshot import ReplayState, observation_hash, replay
-from oracles.base import Oracle, make_oracle, run_oracle
+from oracles.continuation import (
+    ContinuationJob,
+    ContinuationOutcome,
+    OwnerTrackingPool,
+    continue_from_root,
+    continue_many,
+    job_for,
+    replay_state_at,
+    run_continuations,
+)
 from oracles.scorers import Scorer
 from trainers.advantages import StepTable, graphgpo_advantages
 from trainers.graph import SUCCESS_NODE, TransitionGraph, build_transition_graph
 from trainers.reachability import choice_logprob, reachability_weights
+
+__all__ = [
+    "ContinuationJob",
+    "ContinuationOutcome",
+    "OwnerTrackingPool",
+    "RowCredit",
+    "SeroConfig",
+    "Weighted",
+    "continue_from_root",
+    "continue_many",
+    "credit_group",
+    "group_transitions",
+    "job_for",
+    "oracle_turns",
+    "reach_weights",
+    "reaching_success",
+    "replay_state_at",
+    "run_continuations",
+    "select_roots",
+]
 
 
 @dataclass(frozen=True)
@@ -170,202 +195,6 @@ def select_roots(trajs: Sequence[Trajectory], *, group: int, config: SeroConfig)
         if len(roots) == config.roots_per_group:
             break
     return roots
-
-
-def replay_state_at(traj: Trajectory, t: int) -> ReplayState | None:
-    """The verified-replay recipe of the state before step t, from the recorded trajectory (None: no seed)."""
-    if traj.seed is None:
-        return None
-    obs = traj.observations()
-    hashes = [observation_hash(obs[0])] + [observation_hash(obs[k + 1], traj.steps[k].reward) for k in range(t)]
-    return ReplayState(int(traj.seed), dict(traj.options), tuple(s.action for s in traj.steps[:t]), tuple(hashes))
-
-
-# ----- 2. restore and continue (inside a pool worker) ---------------------------------------------------------
-@dataclass(frozen=True)
-class ContinuationJob:
-    """What a worker needs to continue from one root (picklable).
-
-    Attributes:
-        root: The root (its snapshot, when recorded, is restored natively).
-        replay: The verified-replay recipe (used when there is no snapshot or the native restore is refused).
-        env_id: Id of the env (picks the oracle from `oracles.base.ORACLES`).
-        max_steps: Step budget of the continuation.
-        oracle_kwargs: Keyword arguments of the oracle's constructor.
-    """
-
-    root: Root
-    replay: ReplayState | None
-    env_id: str
-    max_steps: int
-    oracle_kwargs: Mapping[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class ContinuationOutcome:
-    """What happened at one root.
-
-    Attributes:
-        root: The root (snapshot dropped).
-        restored_by: ``"native"`` or ``"replay"``; ``""`` when the root could not be restored.
-        diverged: Replay did not reproduce the recorded observations (the root was dropped).
-        steps: The oracle's transitions (``is_oracle`` True).
-        success: The env confirmed success at the end.
-        reason: Why it stopped without success ("" on success).
-        root_info: JSON-able info at the restored root (admissible actions for the first oracle step).
-        restore_s: Seconds spent restoring.
-        oracle_s: Seconds spent in the oracle's ``start``/``act`` (planning).
-        env_s: Seconds spent in ``env.step`` during the continuation.
-    """
-
-    root: Root
-    restored_by: str
-    diverged: bool = False
-    steps: tuple[Step, ...] = ()
-    success: bool = False
-    reason: str = ""
-    root_info: Mapping[str, Any] = field(default_factory=dict)
-    restore_s: float = 0.0
-    oracle_s: float = 0.0
-    env_s: float = 0.0
-
-
-class _TimedOracle:
-    """Wraps an oracle and accumulates the seconds spent in it."""
-
-    def __init__(self, oracle: Oracle):
-        self.oracle = oracle
-        self.name = oracle.name
-        self.seconds = 0.0
-
-    def start(self, env: gym.Env[Any, Any], observation: str, info: Mapping[str, Any]) -> None:
-        t0 = time.perf_counter()
-        try:
-            self.oracle.start(env, observation, info)
-        finally:
-            self.seconds += time.perf_counter() - t0
-
-    def act(self, observation: str, info: Mapping[str, Any]) -> str:
-        t0 = time.perf_counter()
-        try:
-            return self.oracle.act(observation, info)
-        finally:
-            self.seconds += time.perf_counter() - t0
-
-
-_ORACLE_CACHE: dict[tuple[str, str], Oracle] = {}
-
-
-def _oracle(env_id: str, kwargs: Mapping[str, Any]) -> Oracle:
-    key = (env_id, repr(sorted(kwargs.items())))
-    if key not in _ORACLE_CACHE:
-        _ORACLE_CACHE[key] = make_oracle(env_id, **dict(kwargs))
-    return _ORACLE_CACHE[key]
-
-
-def _restore(env: gym.Env[Any, Any], job: ContinuationJob) -> tuple[str, Any, dict[str, Any]]:
-    """Restore the root; returns (kind, obs, info). Raises ReplayDivergenceError / SnapshotError."""
-    snap = job.root.snapshot
-    if snap is not None:
-        try:
-            obs, info = env.restore(snap)  # type: ignore[attr-defined]
-            kind = getattr(env.unwrapped, "last_restore_kind", "") or str(env.metadata.get("snapshot", "native"))
-            return kind, obs, info
-        except ReplayDivergenceError:
-            raise
-        except SnapshotError:
-            if job.replay is None:
-                raise
-    if job.replay is None:
-        raise SnapshotError(
-            "the root has neither a snapshot nor a replay recipe (its episode was reset without a seed)"
-        )
-    obs, info = replay(env, job.replay)
-    return "replay", obs, info
-
-
-def continue_from_root(env: gym.Env[Any, Any], job: ContinuationJob) -> ContinuationOutcome:
-    """Restore `job.root` in `env` and let the env's oracle continue (run it in a worker: pool ``call``)."""
-    root = _bare(job.root)
-    t0 = time.perf_counter()
-    try:
-        kind, obs, raw_info = _restore(env, job)
-    except ReplayDivergenceError as exc:
-        return ContinuationOutcome(root, "", diverged=True, reason=str(exc), restore_s=time.perf_counter() - t0)
-    except SnapshotError as exc:
-        return ContinuationOutcome(root, "", reason=f"restore failed: {exc}", restore_s=time.perf_counter() - t0)
-    restore_s = time.perf_counter() - t0
-    if obs != job.root.observation:
-        return ContinuationOutcome(
-            root, "", diverged=True, reason="the restored observation differs from the root's", restore_s=restore_s
-        )
-    info = jsonable(raw_info)
-    timed = _TimedOracle(_oracle(job.env_id, job.oracle_kwargs))
-    t1 = time.perf_counter()
-    run = run_oracle(env, timed, obs, info, max_steps=job.max_steps)
-    total = time.perf_counter() - t1
-    return ContinuationOutcome(
-        root,
-        kind,
-        False,
-        run.steps,
-        run.success and bool(run.steps),
-        run.reason or ("" if run.steps else "no steps"),
-        info,
-        restore_s,
-        timed.seconds,
-        max(0.0, total - timed.seconds),
-    )
-
-
-def job_for(root: Root, traj: Trajectory, env_id: str, horizon: int, **oracle_kwargs: Any) -> ContinuationJob:
-    """The job for one root of `traj` (budget: ``horizon - root.t``)."""
-    return ContinuationJob(root, replay_state_at(traj, root.t), env_id, max(1, horizon - root.t), oracle_kwargs)
-
-
-def _bare(root: Root) -> Root:
-    return Root(root.group, root.trajectory, root.t, root.observation, None, root.actions, root.budget_left)
-
-
-def continue_many(env: gym.Env[Any, Any], jobs: Sequence[ContinuationJob]) -> list[ContinuationOutcome]:
-    """`continue_from_root` for several jobs in one worker call; an error in one job is kept as its reason."""
-    out = []
-    for job in jobs:
-        try:
-            out.append(continue_from_root(env, job))
-        except Exception as exc:  # an env/oracle bug ends that continuation, not the batch
-            out.append(ContinuationOutcome(_bare(job.root), "", reason=f"error: {type(exc).__name__}: {exc}"))
-    return out
-
-
-def run_continuations(
-    pool: EnvPool, jobs: Sequence[ContinuationJob], *, per_call: int | None = None, on_done: Any = None
-) -> list[ContinuationOutcome]:
-    """Run jobs on the pool's workers; outcomes in job order.
-
-    Jobs are dealt round-robin to the workers, up to `per_call` jobs per worker per request (default: all of them
-    in one request per worker, which keeps the inter-process round trips to one per worker). A crashed worker's
-    jobs come back with a reason; the pool restarts the worker. `on_done(n)` is called after each round.
-    """
-    out: list[ContinuationOutcome | None] = [None] * len(jobs)
-    per = per_call or max(1, -(-len(jobs) // pool.size))
-    order = list(range(len(jobs)))
-    while order:
-        take, order = order[: per * pool.size], order[per * pool.size :]
-        batches = [take[w :: pool.size] for w in range(pool.size)]
-        reqs: list[Request] = [(w, "call", (continue_many, [jobs[i] for i in b]), {}) for w, b in enumerate(batches) if b]
-        results = pool.call_many(reqs)
-        for (w, *_), res in zip(reqs, results, strict=True):
-            if res.ok:
-                for i, o in zip(batches[w], res.value, strict=True):
-                    out[i] = o
-            else:
-                last = res.error.strip().splitlines()[-1] if res.error.strip() else "unknown error"
-                for i in batches[w]:
-                    out[i] = ContinuationOutcome(_bare(jobs[i].root), "", reason=f"worker error: {last}")
-        if on_done is not None:
-            on_done(len(take))
-    return [o for o in out if o is not None]
 
 
 # ----- 4. reachability weights --------------------------------------------------------------------------------

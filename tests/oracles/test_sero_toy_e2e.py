@@ -138,9 +138,6 @@ def test_native_restore_that_falls_back_to_replay_is_counted_as_replay():
     obs, info = env.reset(seed=4)
     tr = play(env, RandomAdmissiblePolicy(2), obs, info, task=Task("t", 4), max_steps=5, record_snapshots=True)
     root = _root_at(tr, 3)
-    from oracles import sero
-
-    sero._ORACLE_CACHE[("envkit/Toy-v0", "[]")] = sero.make_oracle("envkit/Toy-v0")
     same = continue_from_root(env, job_for(root, tr, "envkit/Toy-v0", 20))
     other = continue_from_root(InstanceBoundToy(max_steps=20), job_for(root, tr, "envkit/Toy-v0", 20))
     assert (same.restored_by, other.restored_by) == ("native", "replay")
@@ -152,3 +149,52 @@ def test_oracle_refuses_evaluation_envs():
     root = select_roots([tr], group=0, config=SeroConfig(horizon=20))[0]
     with pytest.raises(EnvkitError, match="evaluation"):
         continue_from_root(gym.make("envkit/Toy-v0", evaluation=True), job_for(root, tr, "envkit/Toy-v0", 20))
+
+
+class CountingToy(ToyEnv):
+    """A toy env whose snapshots hold a 'resource' (counted per instance) until discarded, like SWE layers."""
+
+    def __init__(self, **kw):
+        super().__init__(**kw)
+        self.live: set[int] = set()
+        self.made = 0
+
+    def _snapshot(self):
+        self.made += 1
+        self.live.add(self.made)
+        return (self.made, super()._snapshot())
+
+    def _restore(self, payload, snapshot):
+        return super()._restore(payload[1], snapshot)
+
+    def _discard(self, payload):
+        self.live.discard(payload[0])
+
+
+def test_snapshots_holding_resources_are_discarded_in_their_worker(tmp_path, monkeypatch):
+    from envkit import pool as pool_mod
+
+    gym.register(id="envkit/CountingToy-v0", entry_point=CountingToy, order_enforce=False, disable_env_checker=True)
+    made: list = []
+    orig = pool_mod.InProcessPool.__init__
+
+    def spy(self, factory, size):
+        orig(self, factory, size)
+        made.extend(e.unwrapped for e in self.envs)
+
+    monkeypatch.setattr(pool_mod.InProcessPool, "__init__", spy)
+    from oracles.base import ORACLES
+
+    monkeypatch.setitem(ORACLES, "envkit/CountingToy-v0", "oracles.toy:ToyOracle")
+    try:
+        cfg = _cfg(tmp_path, "c.jsonl", env_id="envkit/CountingToy-v0", workers=2, backend="inprocess")
+        summary = run(cfg)
+    finally:
+        gym.registry.pop("envkit/CountingToy-v0", None)
+    assert len(made) == 2 and sum(e.made for e in made) > 0
+    assert summary["totals"]["continued_to_success"] > 0
+    assert all(not e.live for e in made)  # every snapshot was released in the env that made it
+    assert (
+        summary["session"]["snapshots_released"]
+        == summary["session"]["policy_steps"] + summary["totals"]["trajectories"]
+    )
