@@ -67,7 +67,7 @@ MBPP = [
 
 @pytest.fixture(scope="module")
 def verifier():
-    v = CodeVerifier(CodeVerifierConfig(sandbox=SandboxConfig(slots=2, timeout_s=2.0)))
+    v = CodeVerifier(CodeVerifierConfig(sandbox=SandboxConfig(slots=2, timeout_s=1.0)))
     try:
         v.sandbox.start()
     except SandboxUnavailableError as exc:

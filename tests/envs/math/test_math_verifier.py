@@ -72,6 +72,7 @@ def test_table(patient):
         assert res.reward == (1.0 if v is Verdict.CORRECT else 0.0)
 
 
+@pytest.mark.slow
 def test_timeout_is_reported_and_pool_keeps_serving(verifier):
     slow = ["\\boxed{9^{9^{9}}}", "\\boxed{(10^{8})!}"]
     t0 = time.perf_counter()
