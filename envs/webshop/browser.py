@@ -224,6 +224,7 @@ class WebShopBrowserEnv(SnapshotEnvBase):
             index = idx[int(self.np_random.integers(len(idx)))]
         self._start()
         assert self._server is not None
+        self._server.sessions.pop(self._sid, None)  # the previous episode's session is not needed any more
         self._sid = self._server.new_session(index)
         self._state = EpisodeState(index, ShopState())
         self._load("/")
@@ -270,6 +271,7 @@ class WebShopBrowserEnv(SnapshotEnvBase):
         self.core.check_goal_index(ep.goal_index)
         self._start()
         assert self._server is not None
+        self._server.sessions.pop(self._sid, None)
         self._sid = self._server.new_session(ep.goal_index, ep.shop.visited)
         self._state = ep
         self._load(payload.url)
