@@ -203,6 +203,8 @@ def test_sigkill_and_resume_gives_the_identical_file(tmp_path):
     units = journal.read_bytes().count(b'"unit"')
     assert 2 <= units < 10, "the run must be killed mid-way"
     assert not killed.exists()
+    res = runner.invoke(app, ["inspect", str(killed), "--json"])  # a killed run: summary from its journal
+    assert res.exit_code == 0 and json.loads(res.output)["totals"]["tasks"] == units
     # Resume (same settings as the CLI run; the backend and worker count do not change the records).
     cfg = dict(
         env_id="envkit/Toy-v0",
