@@ -637,8 +637,12 @@ def main(argv: list[str] | None = None) -> None:
         if not isolation["netns"]:
             args.work_root = os.path.join(args.work_root, f"envkit-sandbox-{os.getpid()}")
             os.makedirs(args.work_root, exist_ok=True)
+    # Checks must not import this directory's modules (``data``, ``env``...) by accident.
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != here]
+    # No parent-death signal here: it fires when the *thread* that started us exits. The server ends at EOF on
+    # stdin instead (when the client closes it or dies), after its running checks' deadlines at the latest.
     _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
     preloaded = []
     for name in filter(None, args.preload.split(",")):
         with contextlib.suppress(Exception):
