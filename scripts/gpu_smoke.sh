@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# GPU smoke test of envkit's OpenRLHF backend (docs/openrlhf.md). Needs a CUDA machine with
+#   pip install -e '.[openrlhf]'      # openrlhf==0.11.2 vllm==0.29.0 ray==2.55.0 deepspeed==0.19.6 (+ flash-attn)
+# and a small local causal LM (no download happens here):
+#   MODEL=/path/to/Qwen2.5-0.5B-Instruct bash scripts/gpu_smoke.sh [OUT_DIR]
+#
+# 1. prompt embeddings: a vLLM engine built with enable_prompt_embeds=True; greedy output from
+#    [prompt rows + anchor row] (rho = 0, i.e. EDEN's noise switched off) must equal greedy output from the token
+#    prompt + anchor token; with rho = 0.12 the output is reported (it usually differs).
+# 2. one tiny training step per explorer (none, eden, xrpo) through 'envkit-train openrlhf' on envkit/Toy-v0
+#    (1 GPU, everything colocated, 4 prompts x 4 rollouts), then GiGPO + SERO with no explorer.
+# Prints one JSON summary line at the end; exit code 0 only if every check passed.
+set -uo pipefail
+OUT="${1:-${OUT:-./gpu_smoke_out}}"
+MODEL="${MODEL:-}"
+STEP_TIMEOUT="${STEP_TIMEOUT:-900}"
+mkdir -p "$OUT"
+
+fail() { echo "gpu_smoke: $*" >&2; exit 2; }
+command -v nvidia-smi >/dev/null 2>&1 || fail "no nvidia-smi: this script needs a CUDA GPU"
+python -c "import vllm, openrlhf, deepspeed, ray" 2>/dev/null \
+  || fail "vllm/openrlhf/deepspeed/ray do not import: pip install -e '.[openrlhf]' on the GPU machine"
+[ -n "$MODEL" ] && [ -d "$MODEL" ] || fail "set MODEL to a local model folder, e.g. MODEL=/models/Qwen2.5-0.5B-Instruct"
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee "$OUT/gpu.txt"
+
+# ---- 1. prompt embeddings ------------------------------------------------------------------------------------
+MODEL="$MODEL" OUT="$OUT" timeout "$STEP_TIMEOUT" python - <<'PY' > "$OUT/embeds.json"
+import json, os
+import numpy as np
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+from vllm import LLM, SamplingParams
+from vllm.inputs import TokensPrompt
+from trainers.explorers.eden import perturb
+
+model = os.environ["MODEL"]
+tok = AutoTokenizer.from_pretrained(model)
+table = AutoModelForCausalLM.from_pretrained(model, torch_dtype=torch.bfloat16).get_input_embeddings().weight.detach()
+llm = LLM(model=model, enable_prompt_embeds=True, dtype="bfloat16", gpu_memory_utilization=0.4, enforce_eager=True,
+          max_model_len=1024)
+greedy = SamplingParams(temperature=0.0, max_tokens=24)
+prompts = ["What is 17 + 25? Answer:", "Name a color of the sky:", "The capital of France is"]
+anchor = tok(" answer", add_special_tokens=False)["input_ids"][-1]
+res = []
+for text in prompts:
+    ids = tok(text, add_special_tokens=False)["input_ids"]
+    ref = llm.generate(TokensPrompt(prompt_token_ids=ids + [anchor]), greedy)[0].outputs[0].token_ids
+    rows = table[ids].float()
+    for rho in (0.0, 0.12):
+        extra = torch.as_tensor(perturb(table[anchor].float().numpy(), 1, rho, np.random.default_rng(0))[0])
+        emb = torch.cat([rows, extra[None]], 0).to(torch.bfloat16)
+        got = llm.generate({"prompt_embeds": emb}, greedy)[0].outputs[0].token_ids
+        res.append({"prompt": text, "rho": rho, "same_as_tokens": list(got) == list(ref),
+                    "tokens": tok.decode(ref), "embeds": tok.decode(got)})
+ok = all(r["same_as_tokens"] for r in res if r["rho"] == 0.0)
+print(json.dumps({"ok": ok, "results": res}))
+PY
+emb_rc=$?
+echo "prompt-embeds check rc=$emb_rc: $(head -c 400 "$OUT/embeds.json")"
+
+# ---- 2. tiny training steps ------------------------------------------------------------------------------------
+python - "$OUT/tasks.jsonl" <<'PY'
+import json, sys
+with open(sys.argv[1], "w") as f:
+    for seed in range(8):
+        f.write(json.dumps({"input": "Walk to the goal cell. Answer with one of: left, right, stay.\n{obs}\nAction:",
+                            "label": json.dumps({"seed": seed, "options": {"length": 4}})}) + "\n")
+PY
+ANCHORS=$(MODEL="$MODEL" python -c "
+import os; from transformers import AutoTokenizer
+t = AutoTokenizer.from_pretrained(os.environ['MODEL'])
+print(','.join(str(t(w, add_special_tokens=False)['input_ids'][-1]) for w in [' the', ' answer', ' step', ' think']))")
+COMMON=(--actor.model_name_or_path "$MODEL" --data.prompt_dataset "$OUT/tasks.jsonl" --data.label_key label
+  --data.max_samples 4 --rollout.batch_size 4 --rollout.n_samples_per_prompt 4 --train.batch_size 16
+  --train.micro_batch_size 2 --rollout.micro_batch_size 4 --data.max_len 768 --rollout.max_new_tokens 8
+  --actor.num_nodes 1 --actor.num_gpus_per_node 1 --ref.num_gpus_per_node 1 --vllm.num_engines 1
+  --vllm.gpu_memory_utilization 0.35 --vllm.enforce_eager --train.colocate_all --vllm.enable_sleep --ds.enable_sleep
+  --algo.kl.init_coef 0 --train.num_episodes 1 --ds.zero_stage 2 --actor.adam.lr 1e-6 --ckpt.save_steps -1)
+declare -A RC
+run_step() {  # name, envkit options...
+  local name=$1; shift
+  timeout "$STEP_TIMEOUT" envkit-train openrlhf --env envkit/Toy-v0 --max-turns 4 "$@" -- "${COMMON[@]}" \
+    --ckpt.output_dir "$OUT/ckpt-$name" > "$OUT/train-$name.log" 2>&1
+  RC[$name]=$?
+  echo "train $name rc=${RC[$name]} ($(grep -c 'Global step' "$OUT/train-$name.log") steps logged)"
+  ray stop --force >/dev/null 2>&1 || true
+}
+run_step none --explorer none --advantage grpo
+run_step eden --explorer eden --advantage grpo --eden-anchors "$ANCHORS"
+run_step xrpo --explorer xrpo --advantage grpo --xrpo n0=2 --xrpo icl_backend=tfidf
+run_step gigpo_sero --explorer none --advantage gigpo --sero
+
+all_ok=1
+[ "$emb_rc" = 0 ] && python -c "import json,sys; sys.exit(0 if json.load(open('$OUT/embeds.json'))['ok'] else 1)" || all_ok=0
+for k in "${!RC[@]}"; do [ "${RC[$k]}" = 0 ] && grep -q "Global step" "$OUT/train-$k.log" || all_ok=0; done
+echo "{\"embeds_rc\": $emb_rc, \"train_rc\": {$(for k in "${!RC[@]}"; do printf '"%s": %s,' "$k" "${RC[$k]}"; done | sed 's/,$//')}, \"ok\": $all_ok}"
+[ "$all_ok" = 1 ]
