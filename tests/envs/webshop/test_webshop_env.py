@@ -228,3 +228,29 @@ def test_same_seed_same_episode():
     a, b = WebShopEnv(), WebShopEnv()
     assert a.reset(seed=9) == b.reset(seed=9)
     assert a.step("search[hoodie]")[:4] == b.step("search[hoodie]")[:4]
+
+
+def test_fuzzed_actions_never_crash_or_corrupt_the_session():
+    env = WebShopEnv()
+    env.action_space.seed(0)
+    rng = np.random.default_rng(0)
+    odd = ["click[", "search[abc", "]click[x[", "search[[]]", "click[[b]]", "search[\n\t]", "click[ü]", "search[ü ✓]",
+           "search[" + "]" * 3, "click[buy now]]", "  search [ tea ]  ", "SEARCH[Tea]", "click [< prev]"]
+    for ep in range(30):
+        obs, info = env.reset(seed=ep)
+        while True:
+            r = rng.random()
+            if r < 0.3:
+                a = env.action_space.sample()
+            elif r < 0.5:
+                a = odd[int(rng.integers(len(odd)))]
+            else:
+                acts = info["admissible_actions"]
+                a = acts[int(rng.integers(len(acts)))].replace("<your query>", "green tea")
+            before = env.state.shop
+            obs, reward, term, trunc, info = env.step(a)
+            assert isinstance(obs, str) and obs
+            if info["invalid"]:
+                assert env.state.shop == before and reward == 0.0 and obs.startswith("Invalid action: ")
+            if term or trunc:
+                break
