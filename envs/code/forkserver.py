@@ -193,17 +193,22 @@ def _emit(line: str) -> None:
         os.write(RESULT_FD, data)
 
 
+# The harness's own references, taken before any check runs (a program that rebinds ``builtins.exec`` or
+# ``builtins.compile`` does not change what the harness calls).
+_EXEC, _COMPILE = builtins.exec, builtins.compile
+
+
 def _run_check(req: dict[str, Any], nonce: str) -> None:
     ns: dict[str, Any] = {"__name__": "__solution__", "__builtins__": builtins}
     units: list[list[Any]] = req.get("units", [])
     try:
-        exec(compile(req["program"], "solution.py", "exec"), ns)
+        _EXEC(_COMPILE(req["program"], "solution.py", "exec"), ns)
     except BaseException as exc:  # the program itself failed: every test fails
         _emit(f"X {nonce} program {type(exc).__name__}: {exc}")
         return
     if req.get("setup"):
         try:
-            exec(compile(req["setup"], "test_setup.py", "exec"), ns)
+            _EXEC(_COMPILE(req["setup"], "test_setup.py", "exec"), ns)
         except BaseException as exc:
             _emit(f"X {nonce} setup {type(exc).__name__}: {exc}")
             return
@@ -215,7 +220,7 @@ def _run_check(req: dict[str, Any], nonce: str) -> None:
         ns["candidate"] = ns[entry]
     for i, (src, _is_test) in enumerate(units):
         try:
-            exec(compile(src, f"test_{i}.py", "exec"), ns)
+            _EXEC(_COMPILE(src, f"test_{i}.py", "exec"), ns)
         except BaseException as exc:
             where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
             line = f" (line {where[0].lineno} of {where[0].filename})" if where else ""

@@ -190,6 +190,17 @@ def test_sysv_shared_memory_is_bounded_and_removed(sandbox):
     assert r.stdout.strip() == "0"  # removed after the check that made them
 
 
+def test_simple_result_forgery_fails(sandbox):
+    rebind = (
+        "import builtins\n_c = builtins.compile\nbuiltins.compile = lambda *a, **k: _c('pass', 'x', 'exec')\n"
+        "def f():\n    return 1\n"
+    )
+    units = (("assert candidate() == 2", True),)
+    for program in (rebind, "import sys\nsys.exit(0)", "import os\nos.write(3, b'P 0 0\\nD 0\\n')\nos._exit(0)"):
+        r = sandbox.run(Job(program, units=units, entry_point="f"))
+        assert r.results != (True,), (program, r)
+
+
 def test_many_jobs_in_parallel_keep_order(sandbox):
     jobs = [
         Job(f"def f():\n    return {i}\n", units=((f"assert candidate() == {i}", True),), entry_point="f")
