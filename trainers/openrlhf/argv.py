@@ -29,12 +29,25 @@ class ArgvError(ValueError):
     """The command line asks for something this backend cannot do; the message says what to change."""
 
 
+def _is_openrlhf_flag(token: str) -> bool:
+    """OpenRLHF 0.11.2's flags are dotted (``--rollout.batch_size``); none of envkit's options is."""
+    return token.startswith("--") and "." in token[2:].split("=", 1)[0]
+
+
 def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """Split at the first ``--``: (our options, OpenRLHF's flags). Without ``--`` everything is ours."""
+    """Split into (our options, OpenRLHF's flags).
+
+    At the first ``--`` when there is one; otherwise at the first dotted ``--section.name`` flag, because a
+    caller such as click may already have consumed the ``--`` (``envkit-train openrlhf ...`` goes through typer).
+    OpenRLHF's two undotted flags (``--local_rank``, ``--use_ms``) must then follow a dotted one or a ``--``.
+    """
     args = list(argv)
     if "--" in args:
         i = args.index("--")
         return args[:i], args[i + 1 :]
+    for i, token in enumerate(args):
+        if _is_openrlhf_flag(token):
+            return args[:i], args[i:]
     return args, []
 
 

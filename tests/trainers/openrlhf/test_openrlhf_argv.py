@@ -28,6 +28,26 @@ def test_split_at_first_double_dash():
     assert split_argv(["--", "--a"]) == ([], ["--a"])
 
 
+def test_split_without_double_dash_at_first_dotted_flag():
+    """click (envkit-train's typer app) consumes the '--': the first dotted OpenRLHF flag starts theirs."""
+    argv = ["--adv", "gamma=0.9", "--env", "envkit/Toy-v0", "--rollout.batch_size=4", "--use_ms", "--x.y", "1"]
+    assert split_argv(argv) == (argv[:4], argv[4:])
+
+
+def test_envkit_train_cli_passes_openrlhf_flags(capsys):
+    """Through the real `envkit-train` typer app (trainers/cli.py), which drops the '--' before calling main."""
+    from typer.testing import CliRunner
+
+    from trainers.cli import app
+
+    argv = ["openrlhf", "--advantage", "graphgpo", "--dry-run", "--", "--rollout.n_samples_per_prompt", "4"]
+    result = CliRunner().invoke(app, [*argv, "--actor.model_name_or_path", "m"])
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.stdout[result.stdout.index("{") :])
+    assert out["envkit"]["advantage"] == "graphgpo"
+    assert out["openrlhf"]["rollout"]["n_samples_per_prompt"] == 4
+
+
 def test_flag_value_and_drop_both_spellings():
     flags = ["--rollout.n_samples_per_prompt", "8", "--x=3", "--flag", "--x", "4"]
     assert flag_value(flags, "--rollout.n_samples_per_prompt") == "8"
