@@ -314,7 +314,6 @@ def _read_json(path: Path) -> Any:
         return json.load(f)
 
 
-@functools.lru_cache(maxsize=8)
 def load_catalog(
     data_dir: str | None = None,
     *,
@@ -340,7 +339,30 @@ def load_catalog(
         env_dir = os.environ.get("WEBSHOP_DATA")
         if env_dir and _first(Path(env_dir), ("items_shuffle_1000.json", "items_shuffle.json")) is not None:
             data_dir = env_dir
-    if data_dir is None or data_dir == "embedded":
+    return _load_catalog(
+        data_dir or "embedded",
+        human_goals=human_goals,
+        num_products=num_products,
+        seed=seed,
+        restrict_to_human_goals_json=restrict_to_human_goals_json,
+    )
+
+
+@functools.lru_cache(maxsize=8)
+def _load_catalog(
+    data_dir: str,
+    *,
+    human_goals: bool,
+    num_products: int | None,
+    seed: int,
+    restrict_to_human_goals_json: bool,
+) -> Catalog:
+    if data_dir == "embedded":
+        if human_goals:
+            raise DataNotFoundError(
+                "human goals need WebShop's items_human_ins.json: pass data_dir= (or set WEBSHOP_DATA) to a "
+                "directory with the real files; the embedded catalog has synthetic goals only"
+            )
         from envs.webshop.generated import generate_raw
 
         raw, attrs = generate_raw(seed=seed)

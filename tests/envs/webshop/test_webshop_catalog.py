@@ -146,3 +146,19 @@ def test_human_goals_and_the_human_goals_json_filter(webshop_data: Path):
     assert len(cat.goals) == 21 and {g.kind for g in cat.goals} == {"human"}
     kept = build_catalog(products, attrs, human, human_goals=True, human_goal_texts=texts)
     assert len(kept.goals) == 20
+
+
+def test_webshop_data_env_var_selects_the_real_files(tmp_path: Path, monkeypatch):
+    from envs.webshop.env import WebShopEnv
+
+    products, attrs = generate_raw(seed=0)
+    products = products[:40]
+    (tmp_path / "items_shuffle_1000.json").write_text(json.dumps(products))
+    (tmp_path / "items_ins_v2_1000.json").write_text(json.dumps(attrs))
+    monkeypatch.setenv("WEBSHOP_DATA", str(tmp_path))
+    env = WebShopEnv()
+    assert env.catalog.source.endswith("items_shuffle_1000.json") and len(env.catalog.products) == 40
+    monkeypatch.setenv("WEBSHOP_DATA", str(tmp_path / "missing"))  # no product file there: embedded catalog
+    assert WebShopEnv().catalog.source == "embedded"
+    with pytest.raises(DataNotFoundError, match="items_human_ins"):
+        WebShopEnv(human_goals=True)

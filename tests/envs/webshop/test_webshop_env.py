@@ -234,8 +234,21 @@ def test_fuzzed_actions_never_crash_or_corrupt_the_session():
     env = WebShopEnv()
     env.action_space.seed(0)
     rng = np.random.default_rng(0)
-    odd = ["click[", "search[abc", "]click[x[", "search[[]]", "click[[b]]", "search[\n\t]", "click[ü]", "search[ü ✓]",
-           "search[" + "]" * 3, "click[buy now]]", "  search [ tea ]  ", "SEARCH[Tea]", "click [< prev]"]
+    odd = [
+        "click[",
+        "search[abc",
+        "]click[x[",
+        "search[[]]",
+        "click[[b]]",
+        "search[\n\t]",
+        "click[ü]",
+        "search[ü ✓]",
+        "search[" + "]" * 3,
+        "click[buy now]]",
+        "  search [ tea ]  ",
+        "SEARCH[Tea]",
+        "click [< prev]",
+    ]
     for ep in range(30):
         obs, info = env.reset(seed=ep)
         while True:
