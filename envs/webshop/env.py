@@ -39,6 +39,7 @@ from envs.webshop.shop import (
     click,
     clickables,
     page_elements,
+    relative_href,
     state_path,
     transition,
 )
@@ -128,8 +129,8 @@ class WebShopCore:
             page = render_html(
                 state.shop,
                 elements,
-                lambda key: "/local" + state_path(click(state.shop, key, self.catalog, goal)),
-                "/local/search",
+                lambda key: relative_href(state_path(click(state.shop, key, self.catalog, goal))),
+                "search",
             )
         if state.feedback:
             sep = " [SEP] " if mode == "text" else "\n"

@@ -28,7 +28,15 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlencode, urlsplit
 
 from envs.webshop.render import render_html
-from envs.webshop.shop import ShopState, check_action, click, page_elements, state_from_path, state_path
+from envs.webshop.shop import (
+    ShopState,
+    check_action,
+    click,
+    page_elements,
+    relative_href,
+    state_from_path,
+    state_path,
+)
 
 if TYPE_CHECKING:
     from envs.webshop.env import WebShopCore
@@ -104,8 +112,8 @@ class ShopServer:
         page = render_html(
             state,
             elements,
-            lambda key: f"/{sid}" + state_path(click(state, key, cat, goal)),
-            f"/{sid}/search",
+            lambda key: relative_href(state_path(click(state, key, cat, goal))),
+            "search",
         )
         return 200, page, None
 

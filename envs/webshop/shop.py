@@ -245,6 +245,11 @@ def state_path(state: ShopState) -> str:
     return f"/{state.page}?" + urlencode(q)
 
 
+def relative_href(path: str) -> str:
+    """`state_path` as a link relative to any page of the session (pages live at ``/<session>/<page>``)."""
+    return "./" if path == "/" else path.lstrip("/")
+
+
 def state_from_path(
     path: str, query_string: str, visited: tuple[str, ...], catalog: Catalog, goal: Goal, engine: SearchEngine
 ) -> ShopState:

@@ -113,6 +113,10 @@ def test_close_shuts_browser_and_server_down():
     obs, _ = env.reset(seed=0)
     assert 'data-page="search"' in obs and 'id="search_input"' in obs
     assert "http://" not in obs and "https://" not in obs and "//" not in obs.replace("<!DOCTYPE", "")  # no assets
+    obs, *_ = env.step("search[green tea]")
+    s = env.snapshot()
+    env.step("click[next >]")
+    assert env.restore(s)[0] == obs  # a new server session, the same page: links are relative, no session id
     base = env.url.rsplit("/", 2)[0]
     process = env._driver.service.process
     env.close()
