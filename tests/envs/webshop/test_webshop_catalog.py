@@ -162,3 +162,24 @@ def test_webshop_data_env_var_selects_the_real_files(tmp_path: Path, monkeypatch
     assert WebShopEnv().catalog.source == "embedded"
     with pytest.raises(DataNotFoundError, match="items_human_ins"):
         WebShopEnv(human_goals=True)
+
+
+def test_env_and_oracle_on_real_instructions(webshop_data: Path, tmp_path: Path):
+    """The env loads a data dir (generated products under the real ASINs + the real items_ins_v2_1000.json)."""
+    from envs.webshop.env import WebShopEnv
+    from oracles.base import run_oracle
+    from oracles.webshop import WebShopOracle
+
+    real = json.loads((webshop_data / "items_ins_v2_1000.json").read_text())
+    products, _ = generate_raw(seed=0)
+    for p, asin in zip(products, [a for a, v in real.items() if v.get("instruction")]):
+        p["asin"] = asin
+    (tmp_path / "items_shuffle_1000.json").write_text(json.dumps(products))
+    (tmp_path / "items_ins_v2_1000.json").write_text(json.dumps(real))
+    env = WebShopEnv(data_dir=str(tmp_path), split="test")
+    instructions = {v["instruction"] for v in real.values() if v.get("instruction")}
+    for seed in range(20):
+        obs, info = env.reset(seed=seed)
+        assert any(info["instruction"].startswith(i + " with ") for i in instructions)
+        run = run_oracle(env, WebShopOracle(), obs, info, max_steps=15)
+        assert run.success, run.reason
