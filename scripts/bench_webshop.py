@@ -8,6 +8,7 @@ Measured side by side in one run on the embedded catalog:
 * ``replay_ms_depth10`` and ``restore_vs_replay``: restoring a depth-10 state natively vs by verified replay
   (reset + 10 actions + hash checks, what `ReplaySnapshot` does);
 * ``oracle_success``: the goal oracle from 200 states reached by 1-10 random actions (30-step episodes);
+* ``mean_score_by_strategy``: the mean score of simple purchase strategies on 300 goals (reward spread);
 * with ``--browser``: the same for envkit/WebShopBrowser-v0 (Chromium start, ms per action, restore vs replay).
 
 Usage: ``python scripts/bench_webshop.py [--episodes 300] [--browser]``
@@ -111,6 +112,47 @@ def bench_oracle(states: int) -> dict[str, Any]:
     }
 
 
+def bench_reward_spread(goals: int) -> dict[str, Any]:
+    """Mean score of simple strategies: how much the reward separates good purchases from poor ones."""
+    env = WebShopEnv(split="all")
+    rng = np.random.default_rng(2)
+    scores: dict[str, list[float]] = {
+        "goal_item_goal_options": [],
+        "goal_item_random_options": [],
+        "first_hit_of_goal_query_no_options": [],
+        "random_product_no_options": [],
+    }
+    for i in tqdm(range(goals), desc="reward spread", file=sys.stderr):
+        idx = int(rng.integers(len(env.catalog.goals)))
+        g = env.catalog.goals[idx]
+        p = env.catalog.by_asin[g.asin]
+        rand_opts = [str(rng.choice(list(vs))) for _, vs in p.options]
+        other = env.catalog.products[int(rng.integers(len(env.catalog.products)))]
+        plans = {
+            "goal_item_goal_options": [
+                f"search[{p.title.lower()}]",
+                f"click[{g.asin.lower()}]",
+                *(f"click[{v}]" for v in g.goal_options),
+            ],
+            "goal_item_random_options": [
+                f"search[{p.title.lower()}]",
+                f"click[{g.asin.lower()}]",
+                *(f"click[{v}]" for v in rand_opts),
+            ],
+            "first_hit_of_goal_query_no_options": [f"search[{g.query}]", "FIRST"],
+            "random_product_no_options": [f"search[{other.title.lower()}]", f"click[{other.asin.lower()}]"],
+        }
+        for name, plan in plans.items():
+            _, info = env.reset(seed=i, options={"goal_index": idx})
+            for a in plan:
+                if a == "FIRST":
+                    a = next(x for x in info["admissible_actions"] if x.startswith("click[b0"))
+                _, _, _, _, info = env.step(a)
+            *_, r, _, _, _ = env.step("click[buy now]")
+            scores[name].append(float(r))
+    return {k: round(float(np.mean(v)), 3) for k, v in scores.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--episodes", type=int, default=300, help="random episodes for steps/s (text env)")
@@ -128,6 +170,7 @@ def main() -> None:
         },
         "text_env": bench_env(env, args.episodes, args.restores, "text"),
         "oracle": bench_oracle(args.oracle_states),
+        "mean_score_by_strategy": bench_reward_spread(300),
     }
     if args.browser:
         from envs.webshop.browser import WebShopBrowserEnv
