@@ -175,7 +175,8 @@ def task_stats(
         "group_success_before": any(t.success for t in ok),
         "group_success_after": any(t.success for t in ok) or bool(rescued),
         "zero_adv_before": len({t.success for t in ok}) <= 1,
-        "zero_adv_after": len({t.success or i in rescued for i, t in enumerate(trajs) if not t.failed}) <= 1,
+        # the group's episodes for training: its policy episodes plus the successful oracle continuations
+        "zero_adv_after": len({t.success for t in ok} | ({True} if rescued else set())) <= 1,
         "stop_reasons": dict(Counter(o.reason.split(":")[0][:60] for o in outcomes if not o.success)),
         "restore_s": sum(o.restore_s for o in outcomes),
         "oracle_s": sum(o.oracle_s for o in outcomes),
