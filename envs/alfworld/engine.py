@@ -23,16 +23,20 @@ Trap handled here: `fast_downward.pddl2sas` overwrites ``sys.argv`` on every cal
 from __future__ import annotations
 
 import ctypes
+import hashlib
 import itertools
 import json
+import os
+import pickle
 import sys
+import tempfile
 import threading
 import weakref
 from collections import Counter, OrderedDict, defaultdict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from copy import deepcopy
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -256,10 +260,35 @@ def _blank_state(
     return st
 
 
-def load_assets(gamefile: str | Path, engine: Engine, cache_size: int = 64) -> GameAssets:
-    """The `GameAssets` of `gamefile` (a ``game.tw-pddl`` JSON file), from the process-wide LRU cache.
+class _HashSafePickler(pickle.Pickler):
+    """Pickles TextWorld's logic values by constructor arguments: they cache ``hash(str)`` in ``_hash``, which
+    differs between processes (hash randomisation), so plain pickles break set and dict lookups elsewhere."""
 
-    A miss builds them with `engine`'s libdownward (its loaded task is replaced; its next `reset` reloads).
+    def reducer_override(self, obj: Any) -> Any:
+        t = type(obj)
+        if t is textworld.logic.Variable or t is textworld.logic.Placeholder:
+            return t, (obj.name, obj.type)
+        if t is textworld.logic.Signature:
+            return t, (obj.name, obj.types)
+        if t is textworld.logic.Proposition:
+            return t, (obj.name, obj.arguments)
+        return NotImplemented
+
+
+def _versions() -> str:
+    from importlib.metadata import version
+
+    return ";".join(f"{p}={version(p)}" for p in ("textworld", "alfworld", "fast-downward-textworld"))
+
+
+def load_assets(
+    gamefile: str | Path, engine: Engine, cache_size: int = 64, disk_cache: str | Path | None = None
+) -> GameAssets:
+    """The `GameAssets` of `gamefile` (a ``game.tw-pddl`` JSON file).
+
+    Looked up in the process-wide LRU cache (`cache_size` games), then in `disk_cache` (a directory of pickles
+    keyed by the game file's content and the engine packages' versions; written atomically), else built with
+    `engine`'s libdownward (its loaded task is replaced; its next `reset` reloads).
     """
     key = str(Path(gamefile).resolve())
     with _ASSETS_LOCK:
@@ -267,10 +296,28 @@ def load_assets(gamefile: str | Path, engine: Engine, cache_size: int = 64) -> G
         if hit is not None:
             _ASSETS.move_to_end(key)
             return hit
-    data = json.loads(Path(key).read_text())
-    engine._loaded = None
-    engine.generation += 1
-    assets = _build_assets(key, data, engine.downward_lib)
+    raw = Path(key).read_bytes()
+    pkl = None
+    if disk_cache is not None:
+        digest = hashlib.sha256(raw + _versions().encode()).hexdigest()[:32]
+        pkl = Path(disk_cache) / f"{digest}.pkl"
+    assets = None
+    if pkl is not None and pkl.exists():
+        try:
+            with pkl.open("rb") as f:
+                assets = replace(pickle.load(f), key=key)
+        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, TypeError):
+            assets = None  # a stale or partial cache entry: rebuild it
+    if assets is None:
+        engine._loaded = None
+        engine.generation += 1
+        assets = _build_assets(key, json.loads(raw), engine.downward_lib)
+        if pkl is not None:
+            pkl.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=pkl.parent, suffix=".tmp")
+            with os.fdopen(fd, "wb") as f:
+                _HashSafePickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump(assets)
+            os.replace(tmp, pkl)
     with _ASSETS_LOCK:
         _ASSETS[key] = assets
         while len(_ASSETS) > max(1, cache_size):

@@ -80,6 +80,7 @@ class _Frame:
 
     game: int
     t: int
+    intro: str
     history: tuple[tuple[str, str], ...]
     obs: str
     info: Mapping[str, Any]
@@ -160,6 +161,11 @@ class ALFWorldEnv(SnapshotEnvBase):
         return self.games[self._frame.game]
 
     @property
+    def intro(self) -> str:
+        """The episode's first observation (room description and task)."""
+        return "" if self._frame is None else self._frame.intro
+
+    @property
     def history(self) -> tuple[tuple[str, str], ...]:
         """``(action, feedback)`` pairs of this episode so far (for prompt builders)."""
         return () if self._frame is None else self._frame.history
@@ -201,7 +207,9 @@ class ALFWorldEnv(SnapshotEnvBase):
     # ----- SnapshotEnvBase -------------------------------------------------------------------------------
     def _reset(self, *, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
         i = self._pick(options)
-        assets = load_assets(self.games[i].gamefile(), self._engine, self.config.asset_cache_size)
+        assets = load_assets(
+            self.games[i].gamefile(), self._engine, self.config.asset_cache_size, self.games[i].cache_dir / "assets"
+        )
         if self._steps_since_load > _RELOAD_AFTER_STEPS:
             self._engine._loaded = None  # force a fresh SAS load (a new, empty state registry)
         gen = self._engine.generation
@@ -212,7 +220,7 @@ class ALFWorldEnv(SnapshotEnvBase):
         obs = str(state.feedback)
         self._task = obs.split("Your task is to: ", 1)[-1].strip() if "Your task is to: " in obs else ""
         info = self._info(i, state, False, 0)
-        self._frame = _Frame(i, 0, (), obs, info)
+        self._frame = _Frame(i, 0, obs, (), obs, info)
         return obs, dict(info)
 
     def _step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
@@ -227,7 +235,7 @@ class ALFWorldEnv(SnapshotEnvBase):
         obs = f"Your task is to: {self._task}\n\n{feedback}" if self.config.task_in_observation else feedback
         info = self._info(f.game, state, invalid, t)
         won = info["won"]
-        self._frame = _Frame(f.game, t, (*f.history, (action, feedback)), obs, info)
+        self._frame = _Frame(f.game, t, f.intro, (*f.history, (action, feedback)), obs, info)
         return obs, float(won), won, (not won and t >= self.config.max_steps), dict(info)
 
     def _snapshot(self) -> Any:
