@@ -7,6 +7,7 @@ arm from the same warm-up checkpoint (FINDINGS, "Models and trainers").
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -29,12 +30,19 @@ def sft_warmup(
     seed: int = 0,
     progress: bool = True,
 ) -> list[float]:
-    """Train on (prompt, answer + EOS) pairs for `steps` AdamW steps; returns the loss per step.
+    """Train on (prompt, answer + EOS) pairs for `steps` AdamW steps (5% linear warm-up, cosine decay to 0.1 lr).
+
+    Returns the loss per step.
 
     Raises:
         ValueError: the task's problems have no reference answers.
     """
-    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    warm = max(1, steps // 20)
+    # Linear warm-up over 5% of the steps, then cosine decay to 10% of lr.
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda i: min(1.0, (i + 1) / warm) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(i, steps) / steps)))
+    )
     rng = np.random.default_rng([seed, 7919])
     device = next(model.parameters()).device
     losses = []
@@ -50,5 +58,6 @@ def sft_warmup(
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        sched.step()
         losses.append(loss.item())
     return losses

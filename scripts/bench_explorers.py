@@ -1,0 +1,106 @@
+"""Wall time per training step of EDEN and XRPO relative to GRPO at the same rollout budget (one run, CPU).
+
+Three local trainers (explorer none / eden / xrpo) start from the same weights (a short supervised warm-up on
+the synthetic arithmetic task, or ``--init-from``) with the same prompts per step, group size, token cap and
+loss settings. Their steps are interleaved round-robin (the order rotates every step) so machine noise hits
+every arm alike; the per-step time is the median over the timed steps (the first ``--skip`` steps are not
+timed). EDEN's one-off anchor-bank selection is reported separately (``eden_bank_selection_s``), not in the step.
+
+Prints ONE JSON object, e.g. ``{"eden_vs_grpo": 1.02, "xrpo_vs_grpo": 1.04, ...}`` (target <= 1.05).
+
+Usage:
+    python scripts/bench_explorers.py --steps 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from trainers.explorers.eden import EdenConfig
+from trainers.explorers.xrpo import XrpoConfig
+from trainers.local import LocalTrainer, TrainConfig
+from trainers.models import ModelConfig, load_model
+from trainers.tasks import ArithmeticTask
+from trainers.warmup import sft_warmup
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=20, help="timed steps per arm")
+    ap.add_argument("--skip", type=int, default=2, help="untimed first steps per arm")
+    ap.add_argument("--prompts-per-step", type=int, default=16)
+    ap.add_argument("--group-size", type=int, default=8)
+    ap.add_argument("--warmup-steps", type=int, default=200)
+    ap.add_argument("--init-from", default=None, help="model folder to start from (skips the warm-up)")
+    ap.add_argument("--device", default="cpu")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    tmp = Path(tempfile.mkdtemp(prefix="bench_explorers_"))
+    model_cfg = ModelConfig(path="tiny:arith", device=args.device)
+    init = args.init_from
+    if init is None:
+        model, tok = load_model(model_cfg)
+        sft_warmup(model, tok, ArithmeticTask(2), steps=args.warmup_steps, batch=64, lr=3e-3, seed=0)
+        init = str(tmp / "warmup")
+        model.save_pretrained(init)
+        tok.save_pretrained(init)
+    eden = EdenConfig(
+        n_noisy=max(1, args.group_size // 4), n_anchors=4, candidate_percentiles=(0.0, 100.0), n_selection_prompts=32,
+        max_scored=None,
+    )  # fmt: skip
+    xrpo = XrpoConfig(n0=max(2, args.group_size // 2), icl_backend="bm25")
+    trainers: dict[str, LocalTrainer] = {}
+    setup: dict[str, float] = {}
+    for arm in ("none", "eden", "xrpo"):
+        cfg = TrainConfig(
+            task="arith", model=model_cfg, run_dir=str(tmp / arm), steps=args.skip + args.steps, seed=0,
+            prompts_per_step=args.prompts_per_step, group_size=args.group_size, max_new_tokens=5, explorer=arm,
+            eden=eden, xrpo=xrpo, init_from=init, tensorboard=False, plot=False, progress=False,
+        )  # type: ignore[arg-type]  # fmt: skip
+        t0 = time.perf_counter()
+        trainers[arm] = LocalTrainer(cfg)
+        setup[arm] = time.perf_counter() - t0
+    times: dict[str, list[float]] = {a: [] for a in trainers}
+    rollout_times: dict[str, list[float]] = {a: [] for a in trainers}
+    rollouts: dict[str, list[int]] = {a: [] for a in trainers}
+    arms = list(trainers)
+    for step in tqdm(range(1, args.skip + args.steps + 1), desc="bench"):
+        order = arms[step % len(arms) :] + arms[: step % len(arms)]
+        for arm in order:
+            t0 = time.perf_counter()
+            m: dict[str, Any] = trainers[arm].step(step)
+            dt = time.perf_counter() - t0
+            rollouts[arm].append(int(m["rollouts"]))
+            if step > args.skip:
+                times[arm].append(dt)
+                rollout_times[arm].append(float(m["time_rollout_s"]))
+    med = {a: statistics.median(v) for a, v in times.items()}
+    med_roll = {a: statistics.median(v) for a, v in rollout_times.items()}
+    out = {
+        "eden_vs_grpo": round(med["eden"] / med["none"], 3),
+        "xrpo_vs_grpo": round(med["xrpo"] / med["none"], 3),
+        "target": 1.05,
+        "step_s_median": {("grpo" if a == "none" else a): round(v, 4) for a, v in med.items()},
+        "rollout_s_median": {("grpo" if a == "none" else a): round(v, 4) for a, v in med_roll.items()},
+        "rollouts_per_step": {("grpo" if a == "none" else a): sorted(set(v)) for a, v in rollouts.items()},
+        "eden_bank_selection_s": round(setup["eden"] - setup["none"], 2),
+        "timed_steps": args.steps,
+        "prompts_per_step": args.prompts_per_step,
+        "group_size": args.group_size,
+        "device": args.device,
+        "torch_threads": torch.get_num_threads(),
+    }
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
