@@ -33,14 +33,15 @@ from trainers.openrlhf.records import INFO_KEY, RolloutRecord
 from trainers.openrlhf.turn_advantages import SampleRow, TurnAdvantages, compute_turn_advantages
 
 
-def turn_token_ends(record: RolloutRecord | None, action_mask: torch.Tensor) -> list[int]:
+def turn_token_ends(record: RolloutRecord | None, action_mask: torch.Tensor, length: int | None = None) -> list[int]:
     """Action-mask index of the last token of each turn that survived truncation.
 
     OpenRLHF's action mask is the observation-token mask shifted by one (``mask[1:max_len]``), so an action
     spanning observation tokens ``[start, end)`` covers action-mask indices ``[start - 1, end - 1)``. A record
-    without turns (or no record) is one turn ending at the last masked token.
+    without turns (or no record) is one turn ending at the last masked token. ``length`` is the sample's own
+    action-mask length (its tokens minus one, before the micro-batch's right padding; default: the mask's).
     """
-    length = action_mask.shape[-1]
+    length = action_mask.shape[-1] if length is None else length
     masked = torch.nonzero(action_mask > 0).flatten()
     if len(masked) == 0:
         return []
@@ -162,9 +163,10 @@ class EnvkitExperienceMaker(RemoteExperienceMaker):
                 row = rows[r_i]
                 mask_b = exp.action_mask[b]
                 kl_b = exp.kl[b] if exp.kl is not None else None
-                ends = turn_token_ends(row.record, mask_b)
+                length = int(exp.attention_mask[b].sum()) - 1 if exp.attention_mask is not None else None
+                ends = turn_token_ends(row.record, mask_b, length)
                 if row.record is not None and row.record.turns:
-                    turn_adv = _surviving(row.record, mask_b, result.per_turn[r_i])
+                    turn_adv = _surviving(row.record, result.per_turn[r_i], length or mask_b.shape[-1])
                 else:
                     turn_adv = [float(result.per_turn[r_i][0])] if ends else []
                 ret = token_advantages(turn_adv, ends, mask_b, kl_b, kl_coef, clip)
@@ -188,9 +190,8 @@ class EnvkitExperienceMaker(RemoteExperienceMaker):
         return experiences
 
 
-def _surviving(record: RolloutRecord, action_mask: torch.Tensor, per_turn: np.ndarray) -> list[float]:
+def _surviving(record: RolloutRecord, per_turn: np.ndarray, length: int) -> list[float]:
     """Advantages of the turns whose last token survived OpenRLHF's truncation to ``max_len``."""
-    length = action_mask.shape[-1]
     out = []
     for turn, a in zip(record.turns, per_turn):
         last = min(turn.end - 1, length) - 1

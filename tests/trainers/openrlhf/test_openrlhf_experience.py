@@ -281,3 +281,24 @@ def test_token_advantages_one_turn_is_openrlhfs_reward_to_go():
     stock = torch.flip(torch.cumsum(torch.flip(stock_reward[0] * mask, [0]), 0), [0])
     got = token_advantages([12.5], turn_token_ends(None, mask), mask, kl, 0.1, (-10, 10))
     torch.testing.assert_close(got, stock)
+
+
+def test_truncated_turn_inside_a_padded_micro_batch():
+    """A rollout cut by max_len in its second turn, right-padded next to a longer one: each surviving token
+    still gets its own turn's advantage."""
+    from trainers.openrlhf.experience import token_advantages, turn_token_ends
+    from trainers.openrlhf.records import RolloutRecord, RolloutSpec, Turn
+
+    # observation tokens: prompt 0-3, turn0 4-6, feedback 7, turn1 8-12 (cut: the sample has 11 tokens, 0-10)
+    rec = RolloutRecord(RolloutSpec("g"), (Turn("s0", "a", 0, False, 4, 7), Turn("s1", "b", 1, False, 8, 13)))
+    length = 11 - 1  # the sample's own action-mask length
+    mask = torch.zeros(16)  # padded to the micro-batch's longest row
+    mask[3:6] = 1  # turn0: obs 4-6 -> mask 3-5
+    mask[7:10] = 1  # turn1 surviving: obs 8-10 -> mask 7-9
+    ends = turn_token_ends(rec, mask, length)
+    assert ends == [5, 9]
+    assert turn_token_ends(rec, mask) == [5, 11]  # without the length the cut turn's end would fall in padding
+    adv = token_advantages([0.5, -2.0], ends, mask, None, 0.0, None)
+    torch.testing.assert_close(adv[3:6], torch.full((3,), 0.5))
+    torch.testing.assert_close(adv[7:10], torch.full((3,), -2.0))
+    assert float(adv[10:].abs().sum()) == 0.0
