@@ -82,12 +82,12 @@ def _check_out(out: str) -> None:
         raise _fail(f"cannot write the output {out!r} ({exc.strerror or exc}); choose a writable --out") from exc
 
 
-def _kwargs(items: list[str]) -> dict[str, Any]:
+def _kwargs(items: list[str], flag: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise _fail(f"--env-kwarg takes KEY=VALUE (VALUE parsed as JSON when it can be), got {item!r}")
+            raise _fail(f"{flag} takes KEY=VALUE (VALUE parsed as JSON when it can be), got {item!r}")
         try:
             out[key] = json.loads(value)
         except json.JSONDecodeError:
@@ -136,6 +136,9 @@ def rollout(
     env_kwarg: Annotated[
         list[str] | None, typer.Option(help="Env constructor argument KEY=VALUE (repeatable).")
     ] = None,
+    oracle_kwarg: Annotated[
+        list[str] | None, typer.Option(help="Oracle constructor argument KEY=VALUE (repeatable).")
+    ] = None,
     device: Annotated[str, typer.Option(help="Device of model policies/scorers: auto | cpu | cuda.")] = "auto",
     chunk_tasks: Annotated[
         int | None,
@@ -152,7 +155,8 @@ def rollout(
     try:
         cfg = RunConfig(
             env_id=env,
-            env_kwargs=_kwargs(env_kwarg or []),
+            env_kwargs=_kwargs(env_kwarg or [], "--env-kwarg"),
+            oracle_kwargs=_kwargs(oracle_kwarg or [], "--oracle-kwarg"),
             policy=policy,
             tasks=tasks,
             group=group,

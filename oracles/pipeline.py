@@ -72,6 +72,7 @@ class RunConfig:
     Attributes:
         env_id: Registered env id.
         env_kwargs: Keyword arguments of the env constructor.
+        oracle_kwargs: Keyword arguments of the domain oracle's constructor (e.g. ALFWorld ``strategy``).
         policy: Policy spec (see `oracles.policies.make_policy`).
         tasks: Number of tasks (task i is ``reset(seed=task_seed(seed, i))``).
         group: Rollouts per task (G).
@@ -96,6 +97,7 @@ class RunConfig:
 
     env_id: str = DEFAULT_ENV
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    oracle_kwargs: Mapping[str, Any] = field(default_factory=dict)
     policy: str = "random"
     tasks: int = 32
     group: int = 8
@@ -148,6 +150,7 @@ class RunConfig:
             w_min=self.w_min,
             weighting=self.weighting,  # type: ignore[arg-type]
             gamma_g=gamma,
+            oracle_kwargs=dict(self.oracle_kwargs),
         )
 
     def meta(self) -> dict[str, Any]:
@@ -156,6 +159,7 @@ class RunConfig:
         for k in ("out", "workers", "backend", "tasks", "progress", "device", "chunk_tasks"):
             d.pop(k)
         d["env_kwargs"] = dict(self.env_kwargs)
+        d["oracle_kwargs"] = dict(self.oracle_kwargs)
         d["horizon"] = self.horizon
         d["gamma_g"] = self.sero.gamma_g
         d["min_budget"] = self.root_budget
@@ -238,7 +242,7 @@ def run(
                 t1 = time.perf_counter()
                 roots = [select_roots(g, group=i, config=sero) for i, g in zip(idx, groups, strict=True)]
                 jobs = [
-                    job_for(r, g[r.trajectory], cfg.env_id, sero.horizon)
+                    job_for(r, g[r.trajectory], cfg.env_id, sero.horizon, **sero.oracle_kwargs)
                     for g, rs in zip(groups, roots, strict=True)
                     for r in rs
                 ]

@@ -45,15 +45,22 @@ def env_settings(name: str, tmp: Path) -> dict[str, Any] | str:
             return f"not installed: {exc}"
         return {"env_id": "envkit/WebShop-v0"}
     if name == "alfworld":
+        data = os.environ.get("ALFWORLD_DATA") or str(Path(__file__).resolve().parents[2] / "shared/data/alfworld")
         try:
             importlib.import_module("envs.alfworld.env")
         except ImportError as exc:
             return f"not installed: {exc}"
-        data = os.environ.get("ALFWORLD_DATA") or str(Path(__file__).resolve().parents[2] / "shared/data/alfworld")
-        if not Path(data).exists():
+        if not (Path(data) / "json_2.1.1").is_dir():
             return "no ALFWorld data ($ALFWORLD_DATA)"
-        os.environ["ALFWORLD_DATA"] = data
-        return {"env_id": "envkit/ALFWorld-v0"}
+        # ALFWorld steps cost ~0.1-0.3 s: fewer, shorter episodes (roots with >= 12 of 20 steps left).
+        return {
+            "env_id": "envkit/ALFWorld-v0",
+            "env_kwargs": {"data_dir": data, "max_steps": 20},
+            "max_steps": 20,
+            "min_budget": 12,
+            "tasks": 4,
+            "group": 2,
+        }
     if name == "swe":
         try:
             importlib.import_module("envs.swe.env")
@@ -79,6 +86,8 @@ def measure(fields: dict[str, Any], workers: int, tasks: int, group: int, tmp: P
     known = ses["rollout_s"] + ses["continue_s"] + ses["scoring_s"] + ses["credit_s"] + ses["io_s"]
     return {
         "workers": workers,
+        "tasks": fields["tasks"],
+        "group": fields["group"],
         "wall_s": round(wall, 3),
         "continuations": tot["roots_tried"],
         "continued_to_success": tot["continued_to_success"],
