@@ -222,3 +222,29 @@ def test_executor_to_experience_pipeline_gigpo(tokenizer, strategy_factory):
             k += 1
     assert [r.success for r in records] == [True, False, False]
     assert "_envkit" not in got[0].info
+
+
+@pytest.mark.slow
+def test_webshop_episode_with_oracle_actions(tokenizer):
+    """A real multi-turn env: the fake engine replays WebShop's own oracle actions (after one invalid click)."""
+    import gymnasium as gym
+
+    import envkit  # noqa: F401
+    from oracles.base import make_oracle, run_oracle
+    from trainers.openrlhf.config import BackendConfig
+    from trainers.openrlhf.gym_executor import GymAgentExecutor
+    from trainers.openrlhf.records import RolloutRecord
+
+    env = gym.make("envkit/WebShop-v0")
+    obs, info = env.reset(seed=3)
+    plan = [s.action for s in run_oracle(env, make_oracle("envkit/WebShop-v0"), obs, info, max_steps=15).steps]
+    ex = GymAgentExecutor(BackendConfig(env_id="envkit/WebShop-v0", n_samples_per_prompt=2))
+    out, engine = _run(ex, tokenizer, ["click[no such button]", *plan], max_length=4096, label="3", prompt="{obs}\n")
+    rec = RolloutRecord.from_dict(out["envkit"])
+    assert [t.action for t in rec.turns] == ["click[no such button]", *plan]
+    assert rec.turns[0].invalid and not any(t.invalid for t in rec.turns[1:])
+    assert rec.success and rec.reason == "terminated" and out["scores"] == 1.0
+    assert rec.turns[0].state == obs
+    assert rec.turns[1].state.startswith("Invalid action") and rec.turns[1].state.endswith(obs)  # same page
+    for a, b in zip(engine.calls, engine.calls[1:]):
+        assert b[: len(a)] == a
