@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from typing import Any, SupportsFloat
 from urllib.parse import urlsplit
 
-from envkit.errors import EnvkitError, require
+from envkit.errors import EnvkitError, ResetNeededError, require
 from envkit.snapshot import Snapshot, SnapshotEnvBase
 from envs.webshop.catalog import DEFAULT_TEST_GOALS, Catalog, Goal
 from envs.webshop.env import EpisodeState, WebShopConfig, WebShopCore
@@ -232,6 +232,8 @@ class WebShopBrowserEnv(SnapshotEnvBase):
         return self._observe()
 
     def _step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
+        if self._driver is None:
+            raise ResetNeededError("the browser was closed with close(); call reset() or restore(s) to start it again")
         st = self._state
         verb, arg, why = check_action(action, st.shop.page, self._elements)
         shop = st.shop

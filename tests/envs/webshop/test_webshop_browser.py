@@ -20,6 +20,7 @@ if shutil.which("chromium") is None or shutil.which("chromedriver") is None:
 
 import envkit  # noqa: F401
 from envkit import check_snapshot_env
+from envkit.errors import ResetNeededError
 from envs.webshop.browser import WebShopBrowserEnv
 from envs.webshop.env import WebShopEnv
 from oracles.base import run_oracle
@@ -123,3 +124,5 @@ def test_close_shuts_browser_and_server_down():
     assert env._driver is None and process.poll() is not None
     with pytest.raises((urllib.error.URLError, ConnectionError)):
         urllib.request.urlopen(base + "/", timeout=2)
+    with pytest.raises(ResetNeededError, match="closed"):
+        env.step("click[next >]")
