@@ -42,6 +42,7 @@ from typing import Any
 
 from envkit.errors import require
 
+_ALFWORLD_DATA = os.environ.get("ALFWORLD_DATA")
 try:
     import fast_downward
     import textworld
@@ -56,6 +57,9 @@ except ImportError:
     require("alfworld", extra="alfworld", what="envkit/ALFWorld-v0")
     require("fast_downward", extra="alfworld", what="envkit/ALFWorld-v0")
     raise
+finally:  # importing alfworld sets $ALFWORLD_DATA to its default when unset: leave the environment as it was
+    if _ALFWORLD_DATA is None:
+        os.environ.pop("ALFWORLD_DATA", None)
 
 __all__ = ["CachedGrammar", "Engine", "EngineState", "GameAssets", "load_assets"]
 
