@@ -33,7 +33,10 @@ import gymnasium as gym
 from oracles.base import OracleGaveUp
 
 _IGNORE_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
-_BATCH_CHARS = 40_000
+_BATCH_CHARS = 40_000  # base64 characters per bash action (actions are capped at 65,536 characters)
+_MAX_EDIT = 24_000  # characters of old_str / new_str per action (halved while the JSON action is too long)
+_MAX_CREATE = 50_000  # characters of file_text per create action (halved likewise)
+_MAX_ACTION = 60_000
 
 
 def _ignored(name: str) -> bool:
@@ -100,26 +103,45 @@ def _call(tool: str, **args: Any) -> str:
     return json.dumps({"tool": tool, **args})
 
 
-def hunk_edit(current: str, gold: str) -> tuple[str, str] | None:
-    """(old_str, new_str) fixing the first differing hunk, with preceding context until old_str is unique."""
+def _fit(lines: list[str], start: int, stop: int, limit: int) -> int:
+    """How many of lines[start:stop] fit in `limit` characters (whole lines)."""
+    size = 0
+    for n, line in enumerate(lines[start:stop]):
+        size += len(line)
+        if size > limit:
+            return n
+    return stop - start
+
+
+def hunk_edit(current: str, gold: str, limit: int = _MAX_EDIT, new_limit: int | None = None) -> tuple[str, str] | None:
+    """(old_str, new_str) fixing the first differing hunk (or its first `limit` characters: large hunks take
+    several steps), with surrounding context until old_str is unique; None when no such edit exists."""
     a, b = current.splitlines(keepends=True), gold.splitlines(keepends=True)
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
         if tag == "equal":
             continue
-        lo, hi = i1, i2
-        while True:
-            old = "".join(a[lo:hi])
+        m, k = _fit(a, i1, i2, limit), _fit(b, j1, j2, new_limit or limit)
+        if (i2 > i1 and m == 0) or (j2 > j1 and k == 0):
+            return None  # a single line longer than the limit
+        e1, f2 = i1 + m, j1 + k
+        lo, hi = i1, e1
+        while len(old := "".join(a[lo:hi])) <= 2 * limit:
             if old and current.count(old) == 1:
-                return old, "".join(a[lo:i1]) + "".join(b[j1:j2]) + "".join(a[i2:hi])
-            if lo > 0:  # lines before the first differing hunk are equal in both files
+                return old, "".join(a[lo:i1]) + "".join(b[j1:f2]) + "".join(a[e1:hi])
+            if lo > 0:  # context lines are kept verbatim on both sides of the edit
                 lo -= 1
-                continue
-            k = hi - i2
-            if hi < len(a) and j2 + k < len(b) and a[hi] == b[j2 + k]:
+            elif hi < len(a):
                 hi += 1
-                continue
-            return None
+            else:
+                return None
+        return None
     return None
+
+
+def first_chunk(text: str, limit: int = _MAX_EDIT) -> str:
+    """The longest prefix of whole lines of `text` within `limit` characters (at least one line)."""
+    lines = text.splitlines(keepends=True)
+    return "".join(lines[: max(1, _fit(lines, 0, len(lines), limit))])
 
 
 class GoldPatchOracle:
@@ -177,10 +199,11 @@ class GoldPatchOracle:
         files = [
             p for p in missing if os.path.isfile(os.path.join(gold, p)) and not os.path.islink(os.path.join(gold, p))
         ]
-        if len(files) > self.batch_files or not _is_text(host):
+        small = [p for p in files if os.path.getsize(os.path.join(gold, p)) * 4 // 3 + 4 <= _BATCH_CHARS]
+        if len(small) > self.batch_files or (small and not _is_text(os.path.join(gold, small[0]))):
             parts: list[str] = []
             size = 0
-            for p in files:
+            for p in small:
                 data = base64.b64encode(Path(gold, p).read_bytes()).decode()
                 if parts and size + len(data) > _BATCH_CHARS:
                     break
@@ -190,23 +213,49 @@ class GoldPatchOracle:
                 )
                 size += len(data)
             return _call("bash", command="\n".join(parts))
-        return _call("create", path=first, file_text=Path(host).read_text(encoding="utf-8"))
+        if not _is_text(host):
+            return self._binary_chunk(first, "", gold)
+        return self._create_text(first, Path(host).read_text(encoding="utf-8"))
+
+    def _create_text(self, path: str, text: str) -> str:
+        """`create` with the whole text, or its first lines when too large (the rest follows as edits)."""
+        limit = _MAX_CREATE
+        while True:
+            action = _call("create", path=path, file_text=first_chunk(text, limit))
+            if len(action) <= _MAX_ACTION or limit < 200:
+                return action
+            limit //= 2
 
     def _fix_content(self, path: str, cur: str, gold: str) -> str:
         g = os.path.join(gold, path)
         if not _is_text(g) or not _is_text(os.path.join(cur, path)):
-            return self._create([path], gold) if _is_text(g) else self._batch_one(path, gold)
+            return (
+                self._binary_chunk(path, cur, gold)
+                if not _is_text(g)
+                else self._create_text(path, Path(g).read_text(encoding="utf-8"))
+            )
         current = Path(cur, path).read_text(encoding="utf-8")
         wanted = Path(g).read_text(encoding="utf-8")
-        edit = hunk_edit(current, wanted)
-        if edit is None:
-            return _call("create", path=path, file_text=wanted)
-        return _call("str_replace", path=path, old_str=edit[0], new_str=edit[1])
+        limit, new_limit = _MAX_EDIT, _MAX_CREATE
+        while limit >= 200:
+            edit = hunk_edit(current, wanted, limit, new_limit)
+            if edit is None:
+                break
+            action = _call("str_replace", path=path, old_str=edit[0], new_str=edit[1])
+            if len(action) <= _MAX_ACTION:
+                return action
+            limit, new_limit = limit // 2, new_limit // 2
+        return self._create_text(path, wanted)
 
-    def _batch_one(self, path: str, gold: str) -> str:
-        data = base64.b64encode(Path(gold, path).read_bytes()).decode()
+    def _binary_chunk(self, path: str, cur: str, gold: str) -> str:
+        """Write a binary file in base64 chunks: append when the current bytes are a prefix of the gold ones."""
+        want = Path(gold, path).read_bytes()
+        have = Path(cur, path).read_bytes() if cur and os.path.isfile(os.path.join(cur, path)) else b""
+        start = len(have) if have and want.startswith(have) else 0
+        data = base64.b64encode(want[start : start + 3 * _BATCH_CHARS // 4]).decode()
         q = shlex.quote(f"/repo/{path}")
-        return _call("bash", command=f"base64 -d > {q} <<'__ENVKIT_B64__'\n{data}\n__ENVKIT_B64__")
+        op = ">>" if start else ">"
+        return _call("bash", command=f"base64 -d {op} {q} <<'__ENVKIT_B64__'\n{data}\n__ENVKIT_B64__")
 
 
 def _is_text(path: str) -> bool:

@@ -83,7 +83,7 @@ def test_snapshot_restore_after_edits_and_deletions(swe_env):
     edited = tree_state(swe_env.root)
     assert edited != start and "more_itertools/recipes.py" not in edited
     s1 = swe_env.snapshot()
-    swe_env.step(bash("rm -rf /repo/*"))
+    swe_env.step(bash("rm -rf /repo/* /repo/.[!.]*"))
     assert tree_state(swe_env.root) == {}
     obs, info = swe_env.restore(s1)
     assert tree_state(swe_env.root) == edited and info["step"] == 3

@@ -34,8 +34,9 @@ def swebench_file(tmp_path):
     shutil.move(str(next((tmp_path / "x").iterdir())), repo)
     more = repo / "more_itertools" / "more.py"
     clean = more.read_text()
-    buggy = clean.replace("    counter = count()\n    deque(zip(iterable, counter), maxlen=0)\n    return next(counter)",
-                          "    counter = count()\n    deque(zip(iterable, counter), maxlen=0)\n    return next(counter) - 1")  # fmt: skip
+    buggy = clean.replace(
+        "    return sum(compress(repeat(1), zip(iterable)))", "    return sum(compress(repeat(1), zip(iterable))) - 1"
+    )
     assert buggy != clean
     more.write_text(buggy)
     git(repo, "init", "-q")
