@@ -241,6 +241,7 @@ def print_summary(summary: dict[str, Any], title: str = "SERO run") -> None:
             "policy_steps_per_s",
             "continuations",
             "continuations_per_min",
+            "snapshots_released",
             "rows",
             "workers",
             "backend",

@@ -68,7 +68,15 @@ def env_settings(name: str, tmp: Path) -> dict[str, Any] | str:
             return f"not installed: {exc}"
         script = tmp / "swe_script.json"
         script.write_text(json.dumps(SWE_SCRIPT))
-        return {"env_id": "envkit/SWE-v0", "policy": f"scripted:{script}", "max_steps": 12, "min_budget": 6}
+        # every SWE episode ends with a test run (seconds): few tasks
+        return {
+            "env_id": "envkit/SWE-v0",
+            "policy": f"scripted:{script}",
+            "max_steps": 12,
+            "min_budget": 6,
+            "tasks": 4,
+            "group": 2,
+        }
     return f"unknown env {name!r}"
 
 
