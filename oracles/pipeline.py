@@ -208,15 +208,14 @@ def run(
         ("tasks_run", "policy_steps", "continuations", "oracle_steps", "snapshots_released"), 0
     )
     per_chunk = cfg.chunk_tasks or max(1, -(-8 * cfg.workers // cfg.group))
-    bar = _progress(cfg.progress, len(pending), cfg.tasks - len(pending))
+    bar = _Bar(cfg.progress, cfg.tasks, cfg.tasks - len(pending))
     if pending:
         try:
             policy = policy or make_policy(cfg.policy, seed=cfg.seed, device=cfg.device)
             scorer = scorer or (make_scorer(cfg.scorer, device=cfg.device) if cfg.roots else None)
             pool_cm = make_pool(EnvFactory(cfg.env_id, dict(cfg.env_kwargs)), cfg.workers, cfg.backend)
         except BaseException:
-            if bar is not None:
-                bar[0].stop()
+            bar.stop()
             if fresh and not store.done:  # nothing stored: do not leave a journal that pins these settings
                 store.journal.unlink(missing_ok=True)
             raise
@@ -228,6 +227,7 @@ def run(
             for c in range(0, len(pending), per_chunk):
                 idx = pending[c : c + per_chunk]
                 t0 = time.perf_counter()
+                bar.phase(f"policy rollouts of tasks {idx[0]}..{idx[-1]}")
                 tasks = [Task(f"task-{i}", task_seed(cfg.seed, i)) for i in idx for _ in range(cfg.group)]
                 keys = [i * cfg.group + g for i in idx for g in range(cfg.group)]
                 trajs = rollout(
@@ -246,6 +246,7 @@ def run(
                     for g, rs in zip(groups, roots, strict=True)
                     for r in rs
                 ]
+                bar.phase(f"restoring + oracle on {len(jobs)} roots")
                 outs = run_continuations(pool, jobs)
                 if isinstance(pool, OwnerTrackingPool):  # snapshots that hold resources (SWE layers)
                     counts["snapshots_released"] += pool.release()
@@ -290,12 +291,10 @@ def run(
                     ("oracle_steps", sum(len(o.steps) for o in outs)),
                 ):
                     counts[k] += n
-                if bar is not None:
-                    bar[0].update(bar[1], advance=len(idx))
+                bar.advance(len(idx), len(outs), sum(o.success for o in outs))
                 if on_chunk is not None:
                     on_chunk(len(idx))
-    if bar is not None:
-        bar[0].stop()
+    bar.stop()
     t5 = time.perf_counter()
     n_rows = write_output(store, out)
     timing["io_s"] += time.perf_counter() - t5
@@ -319,12 +318,37 @@ def run(
     return summary
 
 
-def _progress(enabled: bool, total: int, done: int) -> Any:
-    if not enabled or total == 0:
-        return None
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+class _Bar:
+    """A rich progress bar over tasks with the current phase and the running rescue count."""
 
-    prog = Progress(TextColumn("[bold]SERO tasks"), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn())
-    prog.start()
-    tid = prog.add_task("tasks", total=total + done, completed=done)
-    return prog, tid
+    def __init__(self, enabled: bool, total: int, done: int):
+        self.prog: Any = None
+        if not enabled or total == done:
+            return
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+        self.prog = Progress(
+            TextColumn("[bold]SERO tasks"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.description}"),
+        )
+        self.prog.start()
+        self.tid = self.prog.add_task("", total=total, completed=done)
+        self.rescued = self.tried = 0
+
+    def phase(self, text: str) -> None:
+        if self.prog is not None:
+            self.prog.update(self.tid, description=f"{text} | rescued {self.rescued}/{self.tried} roots")
+
+    def advance(self, n: int, tried: int, rescued: int) -> None:
+        if self.prog is not None:
+            self.tried += tried
+            self.rescued += rescued
+            self.prog.update(self.tid, advance=n)
+            self.phase("")
+
+    def stop(self) -> None:
+        if self.prog is not None:
+            self.prog.stop()
