@@ -7,6 +7,7 @@ assigns that to ``openrlhf.trainer.ppo_trainer.PPOTrainer``, where ``train_ppo_r
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import ray
@@ -60,6 +61,7 @@ class EnvkitPPOTrainer(PPOTrainer.__ray_actor_class__):  # type: ignore[name-def
             self.tokenizer,
             config=self.envkit_config,
         )
+        print(f"envkit-openrlhf installed: {json.dumps(self.envkit_describe())}", flush=True)
 
     def envkit_describe(self) -> dict[str, Any]:
         """What is installed (for checks and logs): component classes and the backend config."""
