@@ -9,11 +9,14 @@ see docs/openrlhf.md). Modules:
 - `entry`: ``main(argv)``: parse, install the subclasses in the driver, run ``openrlhf.cli.train_ppo_ray``.
 - `records`: the per-rollout plan (`RolloutSpec`) and what comes back (`RolloutRecord`): the only contract
   between the rollout side and the experience maker.
-- `experience`: the experience-maker subclass (our advantages, EDEN absorb, XRPO sharpening, SERO weights).
+- `turn_advantages`: per-turn advantages of a batch from envkit's maths (torch-free).
+- `experience`: the experience-maker subclass (spreads them over tokens, folds weights, drops, logs).
 - `samples`: the samples-generator subclass (per-prompt rollout plans: EDEN noisy rollouts, XRPO phases).
-- `rollout_actor`: the vLLM rollout-actor subclass (prompt embeddings for EDEN's noisy rollouts).
-- `trainer_actor`: the PPOTrainer Ray-actor subclass that puts the two above in place.
-- `agent_executor`: the Gymnasium agent executor file given to ``--train.agent_func_path``.
+- `xrpo_rounds`: XRPO's phased dispatch of one step and its ICL corpus.
+- `rollout_actor`: the vLLM rollout-actor subclass (plans; prompt embeddings for EDEN's noisy rollouts).
+- `trainer_actor`: the PPOTrainer Ray-actor subclass that puts the samples generator and experience maker in place.
+- `gym_executor`: the Gymnasium agent executor (one envkit episode per rollout); `sero_rows`: SERO oracle rows.
+- `agent_executor`: the file given to ``--train.agent_func_path`` (re-exports the executor).
 
 Importing this package is light; the submodules that subclass OpenRLHF classes import openrlhf (and so vllm).
 """
