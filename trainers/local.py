@@ -165,10 +165,7 @@ class LocalTrainer:
             )  # fmt: skip
             self.model.save_pretrained(self.run_dir / "warmup")
             self.tok.save_pretrained(self.run_dir / "warmup")
-        self.ref_model = copy.deepcopy(self.model).eval() if cfg.loss.kl_coef > 0 else None
-        if self.ref_model is not None:
-            for p in self.ref_model.parameters():
-                p.requires_grad_(False)
+        self.ref_model = self._reference_model(resumed=ckpt is not None) if cfg.loss.kl_coef > 0 else None
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.explorer: Any = None
         if cfg.explorer == "eden":
@@ -181,6 +178,20 @@ class LocalTrainer:
             self.run_dir, tensorboard=cfg.tensorboard, resume_step=self.start_step if ckpt else None
         )
         (self.run_dir / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2, default=str))
+
+    def _reference_model(self, resumed: bool) -> Any:
+        """A frozen copy of the run's starting policy (after any warm-up): the KL reference."""
+        ref = copy.deepcopy(self.model)
+        if resumed:  # the live model holds later weights: rebuild the start
+            start = self.run_dir / "warmup" if (self.run_dir / "warmup").exists() else self.cfg.init_from
+            if start:
+                load_weights(ref, Path(start))
+            else:
+                ref, _ = load_model(self.cfg.model)
+        ref.eval()
+        for p in ref.parameters():
+            p.requires_grad_(False)
+        return ref
 
     # ---------------------------------------------------------------- one step
     def step(self, step: int) -> dict[str, Any]:
