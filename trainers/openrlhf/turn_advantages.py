@@ -181,8 +181,9 @@ def compute_turn_advantages(rows: Sequence[SampleRow], cfg: BackendConfig, step:
     # 2. SERO: reachability weights of oracle turns (policy turns weigh 1).
     weights = [np.array([t.weight for t in r.turns]) if r.turns else np.ones(1) for r in rows]
     oracle = np.array([bool(r.record is not None and r.record.oracle) for r in rows])
-    stats["zero_adv_group_frac"] = zero_advantage_fraction(
-        np.array([float(np.max(np.abs(p))) for p in per_turn]), groups
+    # EDEN reports it over the mixed groups before absorb (the paper's measure); otherwise over the final values
+    stats.setdefault(
+        "zero_adv_group_frac", zero_advantage_fraction(np.array([float(np.max(np.abs(p))) for p in per_turn]), groups)
     )
     stats["success_rate"] = float(np.mean([r.success for r in rows])) if n else 0.0
     stats["truncated_rate"] = float(np.mean([bool(r.record and r.record.truncated) for r in rows])) if n else 0.0
