@@ -89,18 +89,51 @@ def _query_rule(expr: str) -> Rule:
     return rule
 
 
+def _ctx(context: Mapping[str, Any]) -> dict[str, Any]:
+    """`textgen.copy_context` without deep-copying the variable and mapping values.
+
+    TextWorld deep-copies them, but derivation only rebinds names in these dicts and never mutates the values
+    (entity infos, placeholders, variables), so shallow copies give the same derivations at a fraction of the
+    cost (this deep copy was most of a step's time).
+    """
+    return {
+        "state": context["state"],
+        "facts": context["facts"],
+        "variables": dict(context["variables"]),
+        "mapping": dict(context["mapping"]),
+        "entity_infos": context["entity_infos"],
+    }
+
+
+def _copy_symbol(symbol: Any, context: Mapping[str, Any]) -> Any:
+    """`Symbol.copy` without deep-copying the symbol's old context."""
+    old = getattr(symbol, "context", None)
+    memo = {id(old): None} if isinstance(old, dict) and old else {}
+    new = deepcopy(symbol, memo)
+    new.context = _ctx(context)
+    return new
+
+
 def _conditional(symbol: Any) -> list[Any]:
     """`textgen.ConditionalSymbol.derive` with the query's parse cached."""
-    context = textgen.copy_context(symbol.context)
+    context = _ctx(symbol.context)
     contexts = [context]
     if symbol.given:
         contexts = []
         for mapping in context["state"].all_assignments(_query_rule(symbol.given), context["mapping"]):
-            ctx = textgen.copy_context(context)
+            ctx = _ctx(context)
             ctx["variables"].update({ph.name: ctx["entity_infos"][var.name] for ph, var in mapping.items()})
             ctx["mapping"].update(mapping)
             contexts.append(ctx)
-    return [symbol.expression.copy(c) for c in contexts]
+    return [_copy_symbol(symbol.expression, c) for c in contexts]
+
+
+def _listed(symbol: Any) -> list[Any]:
+    """`textgen.ListSymbol.derive`, deriving a conditional inner symbol with `_conditional`."""
+    inner = symbol.symbol
+    inner.context = symbol.context
+    derivation = _conditional(inner) if isinstance(inner, textgen.ConditionalSymbol) else inner.derive()
+    return textgen.display_list(derivation, symbol.context)  # type: ignore[no-any-return]
 
 
 class CachedGrammar(textgen.ContextSensitiveGrammar):
@@ -115,7 +148,7 @@ class CachedGrammar(textgen.ContextSensitiveGrammar):
             if not rule.condition or any(True for _ in state.all_assignments(_query_rule(rule.condition), mapping)):
                 symbols = deepcopy(rule.rhs)
                 for symbol in symbols:
-                    symbol.context = textgen.copy_context(start.context)
+                    symbol.context = _ctx(start.context)
                 return symbols
         raise IndexError(f"no production of #{start}# applies")  # textworld raises IndexError here too
 
@@ -123,7 +156,7 @@ class CachedGrammar(textgen.ContextSensitiveGrammar):
         context = context if context is not None else {}
         derivation = _symbols(start)[::-1]
         for symbol in derivation:
-            symbol.context = textgen.copy_context(context)
+            symbol.context = _ctx(context)
         derived: list[Any] = []
         while derivation:
             symbol = derivation.pop()
@@ -133,7 +166,9 @@ class CachedGrammar(textgen.ContextSensitiveGrammar):
                 derivation += self.replace(symbol)[::-1]
             elif isinstance(symbol, textgen.ConditionalSymbol):
                 derivation += _conditional(symbol)[::-1]
-            elif isinstance(symbol, textgen.EvalSymbol | textgen.ListSymbol):
+            elif isinstance(symbol, textgen.ListSymbol):
+                derivation += _listed(symbol)[::-1]
+            elif isinstance(symbol, textgen.EvalSymbol):
                 derivation += symbol.derive()[::-1]
             else:
                 raise NotImplementedError(f"Unknown symbol: {type(symbol)}")
