@@ -82,12 +82,9 @@ def env_settings(name: str, tmp: Path) -> dict[str, Any] | str:
 
 def measure(fields: dict[str, Any], workers: int, tasks: int, group: int, tmp: Path) -> dict[str, Any]:
     out = tmp / f"{fields['env_id'].split('/')[1]}-{workers}.parquet"
+    fields = {"tasks": tasks, "group": group, **fields}
     t0 = time.perf_counter()
-    s = run(
-        RunConfig(
-            **fields, tasks=tasks, group=group, workers=workers, backend="subprocess", out=str(out), progress=False
-        )
-    )
+    s = run(RunConfig(**fields, workers=workers, backend="subprocess", out=str(out), progress=False))
     wall = time.perf_counter() - t0
     tot, ses = s["totals"], s["session"]
     worker = tot["restore_s"] + tot["oracle_s"] + tot["oracle_env_s"]
