@@ -4,7 +4,8 @@ OpenRLHF's rollout actor calls ``execute(prompt, label, sampling_params, max_len
 llm_engine)`` once per rollout (``AgentExecutorBase``); `GymAgentExecutor` plays one episode:
 
 - the task comes from the dataset's label: a JSON object ``{"env": ID, "seed": INT, "options": {...},
-  "kwargs": {...}}`` (every key optional; ``env`` defaults to ``--env``) or a bare integer seed;
+  "kwargs": {...}}`` (every key optional; ``env`` defaults to ``--env``) or a bare integer seed; without a seed
+  the seed is derived from the prompt and label, so every rollout of a prompt plays the same episode;
 - the first observation is inserted into the dataset prompt at ``{obs}`` (or appended when the prompt has no
   ``{obs}``); env calls run in threads (``asyncio.to_thread``), envs are reused across rollouts;
 - token-in/token-out: the engine gets token ids and returns token ids; earlier turns are never re-tokenised,
@@ -21,6 +22,8 @@ record under ``"envkit"``. ``trainers/openrlhf/agent_executor.py`` is the file O
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import hashlib
 import itertools
 import json
 import math
@@ -144,6 +147,9 @@ class GymAgentExecutor(AgentExecutorBase):
         images: Any = None,
     ) -> dict[str, Any]:
         task = Task.from_label(label, self.config)
+        if task.seed is None:  # all rollouts of one prompt must play the same episode: seed from the prompt
+            digest = hashlib.sha256(f"{prompt}\x00{label}".encode()).hexdigest()
+            task = dataclasses.replace(task, seed=int(digest[:8], 16))
         env = await self._acquire(task)
         try:
             return await self._episode(env, task, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine)

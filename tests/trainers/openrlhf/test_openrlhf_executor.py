@@ -248,3 +248,20 @@ def test_webshop_episode_with_oracle_actions(tokenizer):
     assert rec.turns[1].state.startswith("Invalid action") and rec.turns[1].state.endswith(obs)  # same page
     for a, b in zip(engine.calls, engine.calls[1:]):
         assert b[: len(a)] == a
+
+
+def test_rollouts_of_one_prompt_share_the_episode_without_a_seed(tokenizer):
+    from trainers.openrlhf.records import RolloutRecord
+
+    ex = _executor(max_turns=1)
+    a, _ = _run(ex, tokenizer, ["stay"], label="", prompt="task A {obs}")
+    b, _ = _run(ex, tokenizer, ["stay"], label="", prompt="task A {obs}")
+    first = [RolloutRecord.from_dict(o["envkit"]).turns[0].state for o in (a, b)]
+    assert first[0] == first[1]
+    others = {
+        RolloutRecord.from_dict(_run(ex, tokenizer, ["stay"], label="", prompt=f"task {i} {{obs}}")[0]["envkit"])
+        .turns[0]
+        .state
+        for i in range(8)
+    }
+    assert len(others) > 1  # different prompts, different episodes
