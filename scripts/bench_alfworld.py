@@ -66,8 +66,12 @@ def _alfworld_timings(env: Any, games: list[int], resets: int, steps: int, seed:
             (d / "game.tw-pddl").symlink_to(game.gamefile())
         config = {
             "dataset": {"data_path": tmp, "num_train_games": -1},
-            "env": {"task_types": [1, 2, 3, 4, 5, 6], "goal_desc_human_anns_prob": 0, "domain_randomization": False,
-                    "expert_type": "handcoded"},
+            "env": {
+                "task_types": [1, 2, 3, 4, 5, 6],
+                "goal_desc_human_anns_prob": 0,
+                "domain_randomization": False,
+                "expert_type": "handcoded",
+            },
             "general": {"training_method": "dqn"},
             "rl": {"training": {"max_nb_steps_per_episode": 50}},
         }
