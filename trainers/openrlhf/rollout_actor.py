@@ -172,6 +172,13 @@ class EnvkitRolloutActor(RolloutRayActor.__ray_actor_class__):  # type: ignore[n
         )
 
 
+def with_prefix(prompt: str, prefix: str) -> str:
+    """The prompt with XRPO's ICL prefix: right before ``{obs}`` (inside a chat template's user turn), else first."""
+    if not prefix:
+        return prompt
+    return prompt.replace("{obs}", prefix + "{obs}", 1) if "{obs}" in prompt else prefix + prompt
+
+
 async def run_planned(
     executor: Any,
     actor: Any,
@@ -185,7 +192,7 @@ async def run_planned(
 ) -> list[dict]:
     """`EnvkitRolloutActor.generate_planned` without the actor (the testable core).
 
-    Each spec runs ``executor.execute`` with a `SpecEngine`, its temperature and its prefix. Responses keep the
+    Each spec runs ``executor.execute`` with a `SpecEngine`, its temperature and its prefix (`with_prefix`). Responses keep the
     spec order. An executor that is not envkit's still works: its response gets a record with the spec only.
     After the group, an executor with ``finish_group`` (envkit's) may replace failed rollouts by SERO oracle rows
     (the number of responses never changes).
@@ -197,7 +204,7 @@ async def run_planned(
         if spec.temperature is not None:
             params.temperature = spec.temperature
         response: dict = await executor.execute(
-            prompt=spec.prefix + prompt,
+            prompt=with_prefix(prompt, spec.prefix),
             label=label,
             sampling_params=params,
             max_length=max_length,

@@ -157,8 +157,8 @@ def test_planned_rollouts_noise_only_the_first_turn_and_keep_specs(tokenizer):
     assert [r.spec for r in records] == specs
     assert len(actor.noisy_calls) == 1 and actor.noisy_calls[0][1] == specs[1]
     assert sorted(p.temperature for p in actor.engine.params) == [0.7, 0.7, 0.9, 0.9, 1.0, 1.0]
-    assert out[2]["prompt"].startswith("Solved: 1+1=2\n")  # the ICL prefix is part of the trained prompt
-    assert tokenizer.decode(out[2]["observation_tokens"]).startswith("Solved: 1+1=2\nTask: You are at cell 0")
+    assert out[2]["prompt"] == "Task: Solved: 1+1=2\n{obs}\n"  # the ICL prefix goes right before the problem
+    assert tokenizer.decode(out[2]["observation_tokens"]).startswith("Task: Solved: 1+1=2\nYou are at cell 0")
     # the noisy rollout's recorded tokens are the CLEAN prompt's
     assert out[1]["observation_tokens"][: len(actor.noisy_calls[0][0])] == actor.noisy_calls[0][0]
 
