@@ -214,86 +214,88 @@ def run(
             policy = policy or make_policy(cfg.policy, seed=cfg.seed, device=cfg.device)
             scorer = scorer or (make_scorer(cfg.scorer, device=cfg.device) if cfg.roots else None)
             pool_cm = make_pool(EnvFactory(cfg.env_id, dict(cfg.env_kwargs)), cfg.workers, cfg.backend)
+            with pool_cm as raw_pool:
+                md = raw_pool.call(0, "metadata").value or {}
+                track = bool(raw_pool.call(0, "call", needs_discard).value)
+                pool = OwnerTrackingPool(raw_pool) if track else raw_pool
+                snaps = cfg.backend == "inprocess" or bool(md.get("snapshot_picklable", True))
+                for c in range(0, len(pending), per_chunk):
+                    idx = pending[c : c + per_chunk]
+                    t0 = time.perf_counter()
+                    bar.phase(f"policy rollouts of tasks {idx[0]}..{idx[-1]}")
+                    tasks = [Task(f"task-{i}", task_seed(cfg.seed, i)) for i in idx for _ in range(cfg.group)]
+                    keys = [i * cfg.group + g for i in idx for g in range(cfg.group)]
+                    trajs = rollout(
+                        _StableKeys(policy, keys),
+                        pool,
+                        tasks,
+                        env_id=cfg.env_id,
+                        max_steps=sero.horizon,
+                        record_snapshots=snaps,
+                    )
+                    groups = [trajs[k * cfg.group : (k + 1) * cfg.group] for k in range(len(idx))]
+                    t1 = time.perf_counter()
+                    roots = [select_roots(g, group=i, config=sero) for i, g in zip(idx, groups, strict=True)]
+                    jobs = [
+                        job_for(r, g[r.trajectory], cfg.env_id, sero.horizon, **sero.oracle_kwargs)
+                        for g, rs in zip(groups, roots, strict=True)
+                        for r in rs
+                    ]
+                    bar.phase(f"restoring + oracle on {len(jobs)} roots")
+                    outs = run_continuations(pool, jobs)
+                    if isinstance(pool, OwnerTrackingPool):  # snapshots that hold resources (SWE layers)
+                        counts["snapshots_released"] += pool.release()
+                    t2 = time.perf_counter()
+                    per_task: list[list[ContinuationOutcome]] = []
+                    pos = 0
+                    for rs in roots:
+                        per_task.append(outs[pos : pos + len(rs)])
+                        pos += len(rs)
+                    units = []
+                    t_score = t_credit = 0.0
+                    for i, g, os_ in zip(idx, groups, per_task, strict=True):
+                        ts = time.perf_counter()
+                        ws = [
+                            reach_weights(scorer, g[o.root.trajectory].steps[: o.root.t], o, sero, f"task-{i}")
+                            if o.success
+                            else Weighted((), ())
+                            for o in os_
+                        ]
+                        tc = time.perf_counter()
+                        credit = credit_group(g, os_, sero)
+                        t_score += tc - ts
+                        t_credit += time.perf_counter() - tc
+                        recs = task_records(
+                            cfg.env_id, i, task_seed(cfg.seed, i), sero.terminal_reward, g, os_, ws, credit
+                        )
+                        units.append((f"task-{i}", [*recs, {"__stats__": task_stats(g, os_, ws)}]))
+                    t3 = time.perf_counter()
+                    for unit, recs in units:
+                        store.append(unit, recs)
+                    t4 = time.perf_counter()
+                    for k, v in (
+                        ("rollout_s", t1 - t0),
+                        ("continue_s", t2 - t1),
+                        ("scoring_s", t_score),
+                        ("credit_s", t_credit),
+                        ("io_s", t4 - t3),
+                    ):
+                        timing[k] += v
+                    for k, n in (
+                        ("tasks_run", len(idx)),
+                        ("policy_steps", sum(t.length for t in trajs)),
+                        ("continuations", len(jobs)),
+                        ("oracle_steps", sum(len(o.steps) for o in outs)),
+                    ):
+                        counts[k] += n
+                    bar.advance(len(idx), len(outs), sum(o.success for o in outs))
+                    if on_chunk is not None:
+                        on_chunk(len(idx))
         except BaseException:
             bar.stop()
             if fresh and not store.done:  # nothing stored: do not leave a journal that pins these settings
                 store.journal.unlink(missing_ok=True)
             raise
-        with pool_cm as raw_pool:
-            md = raw_pool.call(0, "metadata").value or {}
-            track = bool(raw_pool.call(0, "call", needs_discard).value)
-            pool = OwnerTrackingPool(raw_pool) if track else raw_pool
-            snaps = cfg.backend == "inprocess" or bool(md.get("snapshot_picklable", True))
-            for c in range(0, len(pending), per_chunk):
-                idx = pending[c : c + per_chunk]
-                t0 = time.perf_counter()
-                bar.phase(f"policy rollouts of tasks {idx[0]}..{idx[-1]}")
-                tasks = [Task(f"task-{i}", task_seed(cfg.seed, i)) for i in idx for _ in range(cfg.group)]
-                keys = [i * cfg.group + g for i in idx for g in range(cfg.group)]
-                trajs = rollout(
-                    _StableKeys(policy, keys),
-                    pool,
-                    tasks,
-                    env_id=cfg.env_id,
-                    max_steps=sero.horizon,
-                    record_snapshots=snaps,
-                )
-                groups = [trajs[k * cfg.group : (k + 1) * cfg.group] for k in range(len(idx))]
-                t1 = time.perf_counter()
-                roots = [select_roots(g, group=i, config=sero) for i, g in zip(idx, groups, strict=True)]
-                jobs = [
-                    job_for(r, g[r.trajectory], cfg.env_id, sero.horizon, **sero.oracle_kwargs)
-                    for g, rs in zip(groups, roots, strict=True)
-                    for r in rs
-                ]
-                bar.phase(f"restoring + oracle on {len(jobs)} roots")
-                outs = run_continuations(pool, jobs)
-                if isinstance(pool, OwnerTrackingPool):  # snapshots that hold resources (SWE layers)
-                    counts["snapshots_released"] += pool.release()
-                t2 = time.perf_counter()
-                per_task: list[list[ContinuationOutcome]] = []
-                pos = 0
-                for rs in roots:
-                    per_task.append(outs[pos : pos + len(rs)])
-                    pos += len(rs)
-                units = []
-                t_score = t_credit = 0.0
-                for i, g, os_ in zip(idx, groups, per_task, strict=True):
-                    ts = time.perf_counter()
-                    ws = [
-                        reach_weights(scorer, g[o.root.trajectory].steps[: o.root.t], o, sero, f"task-{i}")
-                        if o.success
-                        else Weighted((), ())
-                        for o in os_
-                    ]
-                    tc = time.perf_counter()
-                    credit = credit_group(g, os_, sero)
-                    t_score += tc - ts
-                    t_credit += time.perf_counter() - tc
-                    recs = task_records(cfg.env_id, i, task_seed(cfg.seed, i), sero.terminal_reward, g, os_, ws, credit)
-                    units.append((f"task-{i}", [*recs, {"__stats__": task_stats(g, os_, ws)}]))
-                t3 = time.perf_counter()
-                for unit, recs in units:
-                    store.append(unit, recs)
-                t4 = time.perf_counter()
-                for k, v in (
-                    ("rollout_s", t1 - t0),
-                    ("continue_s", t2 - t1),
-                    ("scoring_s", t_score),
-                    ("credit_s", t_credit),
-                    ("io_s", t4 - t3),
-                ):
-                    timing[k] += v
-                for k, n in (
-                    ("tasks_run", len(idx)),
-                    ("policy_steps", sum(t.length for t in trajs)),
-                    ("continuations", len(jobs)),
-                    ("oracle_steps", sum(len(o.steps) for o in outs)),
-                ):
-                    counts[k] += n
-                bar.advance(len(idx), len(outs), sum(o.success for o in outs))
-                if on_chunk is not None:
-                    on_chunk(len(idx))
     bar.stop()
     t5 = time.perf_counter()
     n_rows = write_output(store, out)
