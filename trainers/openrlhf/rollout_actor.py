@@ -93,12 +93,14 @@ class EnvkitRolloutActor(RolloutRayActor.__ray_actor_class__):  # type: ignore[n
         self.envkit_config = BackendConfig.from_env()
         self._weight_version = 0
         self._anchor_rows: dict[tuple[int, int], torch.Tensor] = {}
+        self._prompt_rows: dict[tuple[int, tuple[int, ...]], torch.Tensor] = {}
         await super().__init__(*args, **engine_kwargs(kwargs, self.envkit_config))
 
     # ----- weight versions (the anchor rows come from the live weights) -------------------------------------
     def _bump(self) -> None:
         self._weight_version += 1
         self._anchor_rows.clear()
+        self._prompt_rows.clear()
 
     async def update_weight(self, *args: Any, **kwargs: Any) -> Any:
         self._bump()
@@ -121,11 +123,21 @@ class EnvkitRolloutActor(RolloutRayActor.__ray_actor_class__):  # type: ignore[n
             self._anchor_rows[key] = (await self.embedding_rows([int(token_id)]))[0]
         return self._anchor_rows[key]
 
+    async def prompt_rows(self, prompt_token_ids: list[int]) -> torch.Tensor:
+        """The prompt's embedding rows, cached per weight version (a group's noisy rollouts share the prompt)."""
+        cache = self._prompt_rows
+        key = (self._weight_version, tuple(prompt_token_ids))
+        if key not in cache:
+            if len(cache) >= 64 or any(k[0] != self._weight_version for k in cache):
+                cache.clear()
+            cache[key] = await self.embedding_rows(prompt_token_ids)
+        return cache[key]
+
     async def noisy_prompt_embeds(self, prompt_token_ids: list[int], spec: RolloutSpec) -> torch.Tensor:
         """(L + 1, d) prompt embeddings: the prompt's rows and EDEN's perturbed anchor row."""
         from trainers.explorers.eden import perturb
 
-        rows = await self.embedding_rows(prompt_token_ids)
+        rows = await self.prompt_rows(prompt_token_ids)
         anchor = await self.anchor_row(spec.anchor)
         noisy = perturb(anchor.float().numpy(), 1, spec.rho, np.random.default_rng(spec.seed))[0]
         extra = torch.as_tensor(noisy, dtype=rows.dtype).unsqueeze(0)

@@ -27,6 +27,7 @@ class HFEngine:
     async def collective_rpc(self, method, args=()):
         from trainers.openrlhf.rollout_actor import EnvkitWorkerWrap
 
+        self.rpcs = getattr(self, "rpcs", 0) + 1
         return [getattr(EnvkitWorkerWrap, method)(self.worker, *args)]
 
     async def generate(self, prompt, params, request_id):
@@ -74,6 +75,7 @@ def _actor(model, explorer="eden"):
     actor._mm_pad_token_ids = None
     actor._weight_version = 0
     actor._anchor_rows = {}
+    actor._prompt_rows = {}
     actor.envkit_config = BackendConfig(explorer=explorer, n_samples_per_prompt=4, eden_anchors=(9, 17))
     return actor
 
@@ -121,6 +123,20 @@ def test_anchor_rows_are_cached_per_weight_version(model):
     assert torch.equal(asyncio.run(actor.anchor_row(9)), before)  # same version: cached
     actor._bump()  # what update_weight / update_weight_cuda_ipc do before syncing
     torch.testing.assert_close(asyncio.run(actor.anchor_row(9)), before + 1.0)
+
+
+def test_a_groups_noisy_rollouts_read_prompt_and_anchor_rows_once(model):
+    from trainers.openrlhf.records import RolloutSpec
+
+    actor = _actor(model)
+    specs = [RolloutSpec("g", i, noisy=True, anchor=9, rho=0.1, seed=i) for i in range(4)]
+    embeds = [asyncio.run(actor.noisy_prompt_embeds([3, 4, 5], s)) for s in specs]
+    assert actor.llm.rpcs == 2  # prompt rows + anchor row, then cached
+    assert all(torch.equal(e[:3], embeds[0][:3]) for e in embeds)
+    assert len({tuple(e[3].tolist()) for e in embeds}) == 4  # independent noise per rollout
+    actor._bump()
+    asyncio.run(actor.noisy_prompt_embeds([3, 4, 5], specs[0]))
+    assert actor.llm.rpcs == 4  # a new weight version reads both again
 
 
 def test_engine_kwargs_turn_on_prompt_embeds_only_for_eden():
