@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -71,10 +72,24 @@ def stats(xs: list[float]) -> dict[str, float]:
     return {"median": round(statistics.median(xs), 2), "p90": round(xs[int(0.9 * (len(xs) - 1))], 2)}
 
 
+CPU: list[float] = []  # CPU ms of the last timed call (this thread + waited-for children), for the summary
+
+
 def timed(fn: Callable[[], object]) -> tuple[float, object]:
+    """Wall ms of fn() (its CPU ms, thread + children, is appended to CPU)."""
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+    c0 = time.thread_time() + ch.ru_utime + ch.ru_stime
     t = time.perf_counter()
     out = fn()
-    return 1000 * (time.perf_counter() - t), out
+    wall = 1000 * (time.perf_counter() - t)
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+    CPU.append(1000 * (time.thread_time() + ch.ru_utime + ch.ru_stime - c0))
+    return wall, out
+
+
+def cpu_stats() -> dict[str, dict[str, float]]:
+    """CPU ms of the timed calls since CPU was cleared (alternating snapshot, restore)."""
+    return {"snapshot_cpu_ms": stats(CPU[0::2]), "restore_cpu_ms": stats(CPU[1::2])}
 
 
 def sh(*args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
@@ -100,6 +115,7 @@ def main(
         tree.mount((base,))
         snap_ms: list[float] = []
         rest_ms: list[float] = []
+        CPU.clear()
         for i in tqdm(range(rounds), desc="overlay", file=sys.stderr):
             edit(Path(tree.merged), i, listing)
             ms, stack = timed(tree.freeze)
@@ -107,7 +123,7 @@ def main(
             edit(Path(tree.merged), i + 1000, listing)
             ms, _ = timed(lambda s=stack: tree.mount(s))
             rest_ms.append(ms)
-        result["overlay"] = {"snapshot_ms": stats(snap_ms), "restore_ms": stats(rest_ms)}
+        result["overlay"] = {"snapshot_ms": stats(snap_ms), "restore_ms": stats(rest_ms), **cpu_stats()}
         merge_ms: list[float] = []
         for i in tqdm(range(deep), desc="deep stack", file=sys.stderr):
             Path(tree.merged, f"deep_{i}.txt").write_text(str(i))
@@ -127,6 +143,7 @@ def main(
         work = tmp / "copy"
         shutil.copytree(src, work, symlinks=True)
         snap_ms, rest_ms = [], []
+        CPU.clear()
         for i in tqdm(range(rounds), desc="cp -a", file=sys.stderr):
             edit(work, i, listing)
             dst = tmp / f"copy_snap_{i}"
@@ -141,7 +158,7 @@ def main(
             ms, _ = timed(back)
             rest_ms.append(ms)
             shutil.rmtree(dst)
-        result["copy"] = {"snapshot_ms": stats(snap_ms), "restore_ms": stats(rest_ms)}
+        result["copy"] = {"snapshot_ms": stats(snap_ms), "restore_ms": stats(rest_ms), **cpu_stats()}
 
         # git tree with a private index
         work = tmp / "git"
@@ -157,6 +174,7 @@ def main(
         sh("git", "add", "-A", cwd=work, env=env)
         sh("git", "write-tree", cwd=work, env=env)
         snap_ms, rest_ms = [], []
+        CPU.clear()
         for i in tqdm(range(rounds), desc="git", file=sys.stderr):
             edit(work, i, listing)
             ms, tree_id = timed(lambda: (sh("git", "add", "-A", cwd=work, env=env), sh("git", "write-tree", cwd=work, env=env))[1].strip())  # fmt: skip
@@ -164,7 +182,7 @@ def main(
             edit(work, i + 1000, listing)
             ms, _ = timed(lambda t=tree_id: (sh("git", "read-tree", "--reset", "-u", str(t), cwd=work, env=env), sh("git", "clean", "-fdxq", cwd=work, env=env)))  # fmt: skip
             rest_ms.append(ms)
-        result["git"] = {"snapshot_ms": stats(snap_ms), "restore_ms": stats(rest_ms)}
+        result["git"] = {"snapshot_ms": stats(snap_ms), "restore_ms": stats(rest_ms), **cpu_stats()}
 
         # the env's own snapshot()/restore() on a shipped task (base-class bookkeeping included)
         from envs.swe.env import SWEEnv

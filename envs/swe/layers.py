@@ -142,6 +142,9 @@ class LayerStore:
         os.chmod(self.root, 0o711)
         (self.root / "l").mkdir(parents=True, exist_ok=True)
         (self.root / "t").mkdir(exist_ok=True)
+        (self.root / "x").mkdir(exist_ok=True)
+        self._trash: list[str] = []
+        self._janitor: threading.Thread | None = None
         self._refs: dict[str, int] = {}
         self._pinned: set[str] = set()
         self._merged: dict[tuple[str, ...], str] = {}
@@ -182,6 +185,25 @@ class LayerStore:
         if pin:
             self._pinned.add(layer)
         return layer
+
+    def trash(self, path: str) -> None:
+        """Delete `path` off the critical path: rename it into the trash and let a background thread remove it."""
+        dst = os.path.join(self.root, "x", f"{os.getpid()}-{next(self._counter):x}")
+        os.rename(path, dst)
+        with self._lock:
+            self._trash.append(dst)
+            if self._janitor is None or not self._janitor.is_alive():
+                self._janitor = threading.Thread(target=self._empty_trash, name="envkit-swe-trash", daemon=True)
+                self._janitor.start()
+
+    def _empty_trash(self) -> None:
+        while True:
+            with self._lock:
+                if not self._trash:
+                    self._janitor = None
+                    return
+                path = self._trash.pop()
+            shutil.rmtree(path, ignore_errors=True)
 
     def pin(self, layer: str) -> None:
         """Keep `layer` until the store closes, whatever its reference count (task base layers)."""
@@ -285,7 +307,7 @@ class OverlayTree:
     def _fresh_dirs(self) -> None:
         for d in (self._upper, self._work):
             if os.path.lexists(d):
-                shutil.rmtree(d)
+                self.store.trash(d)
             os.mkdir(d)
         os.chown(self._upper, self.uid, self.uid)  # the merged root takes the upper dir's owner and mode
         os.chmod(self._upper, 0o755)

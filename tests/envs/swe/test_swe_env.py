@@ -66,6 +66,7 @@ def test_edit_tools_change_the_tree(swe_env):
     assert obs.split() == ["one", "2", "nobody"]
 
 
+@pytest.mark.slow
 def test_submit_buggy_tree_scores_zero(swe_env):
     swe_env.reset(seed=0, options={"index": 1})
     obs, r, term, trunc, info = swe_env.step('{"tool": "submit"}')
@@ -108,6 +109,7 @@ def test_snapshot_restore_after_edits_and_deletions(swe_env):
         swe_env.restore(s1)
 
 
+@pytest.mark.slow
 def test_step_limit_truncates_with_reward(swe_tasks):
     from envs.swe.env import SWEEnv
 

@@ -101,6 +101,7 @@ def test_oracle_reaches_gold_tree_on_every_task_after_random_damage(swe_tasks):
         env.close()
 
 
+@pytest.mark.slow
 def test_oracle_submits_with_reward_after_damage(swe_tasks):
     from envs.swe.env import SWEEnv
 

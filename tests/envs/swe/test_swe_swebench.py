@@ -61,6 +61,7 @@ def swebench_file(tmp_path):
     return path, repos
 
 
+@pytest.mark.slow
 def test_swebench_record_runs_end_to_end(swebench_file):
     from envs.swe.env import SWEEnv
     from oracles.base import run_oracle
