@@ -7,6 +7,7 @@ every arm alike; the per-step time is the median over the timed steps (the first
 timed). EDEN's one-off anchor-bank selection is reported separately (``eden_bank_selection_s``), not in the step.
 
 Prints ONE JSON object, e.g. ``{"eden_vs_grpo": 1.02, "xrpo_vs_grpo": 1.04, ...}`` (target <= 1.05).
+``xrpo_2phases_vs_grpo`` is XRPO with ``n_phases=2`` (one generate call fewer per step than the default 3).
 
 Usage:
     python scripts/bench_explorers.py --steps 20
@@ -15,6 +16,7 @@ Usage:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import tempfile
@@ -60,11 +62,13 @@ def main() -> None:
     xrpo = XrpoConfig(n0=max(2, args.group_size // 2), icl_backend="bm25")
     trainers: dict[str, LocalTrainer] = {}
     setup: dict[str, float] = {}
-    for arm in ("none", "eden", "xrpo"):
+    arm_cfgs = {"none": ("none", xrpo), "eden": ("eden", xrpo), "xrpo": ("xrpo", xrpo)}
+    arm_cfgs["xrpo_2phases"] = ("xrpo", dataclasses.replace(xrpo, n_phases=2))
+    for arm, (explorer, xcfg) in arm_cfgs.items():
         cfg = TrainConfig(
             task="arith", model=model_cfg, run_dir=str(tmp / arm), steps=args.skip + args.steps, seed=0,
-            prompts_per_step=args.prompts_per_step, group_size=args.group_size, max_new_tokens=5, explorer=arm,
-            eden=eden, xrpo=xrpo, init_from=init, tensorboard=False, plot=False, progress=False,
+            prompts_per_step=args.prompts_per_step, group_size=args.group_size, max_new_tokens=5, explorer=explorer,
+            eden=eden, xrpo=xcfg, init_from=init, tensorboard=False, plot=False, progress=False,
         )  # type: ignore[arg-type]  # fmt: skip
         t0 = time.perf_counter()
         trainers[arm] = LocalTrainer(cfg)
@@ -88,6 +92,7 @@ def main() -> None:
     out = {
         "eden_vs_grpo": round(med["eden"] / med["none"], 3),
         "xrpo_vs_grpo": round(med["xrpo"] / med["none"], 3),
+        "xrpo_2phases_vs_grpo": round(med["xrpo_2phases"] / med["none"], 3),
         "target": 1.05,
         "step_s_median": {("grpo" if a == "none" else a): round(v, 4) for a, v in med.items()},
         "rollout_s_median": {("grpo" if a == "none" else a): round(v, 4) for a, v in med_roll.items()},

@@ -8,7 +8,7 @@ reward = pass@1; and greedy accuracy). Writes ``<out>/compare.json`` and ``<out>
 zero-advantage group fraction and entropy over steps, one line per arm and seed).
 
 Usage:
-    python scripts/compare_explorers.py --out runs/compare --steps 150 --seeds 0 1 2
+    python scripts/compare_explorers.py --out runs/compare --steps 100 --seeds 0 1 2
 
 What it can show: on this small task and budget, whether an explorer changes the learning curve, the share of
 all-equal (zero-advantage) groups, and entropy. What it cannot show: anything about large models or hard
@@ -79,12 +79,13 @@ def warm_up(out: Path, model_cfg: ModelConfig, task: ArithmeticTask, steps: int,
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="runs/compare_explorers")
-    ap.add_argument("--steps", type=int, default=150)
+    ap.add_argument("--steps", type=int, default=100)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--warmup-steps", type=int, default=600)
-    ap.add_argument("--prompts-per-step", type=int, default=16)
+    ap.add_argument("--prompts-per-step", type=int, default=32)
     ap.add_argument("--group-size", type=int, default=8)
-    ap.add_argument("--lr", type=float, default=1e-3)
+    ap.add_argument("--lr", type=float, default=2e-4)
+    ap.add_argument("--lr-warmup-steps", type=int, default=20)
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
     args = ap.parse_args()
     out = Path(args.out)
@@ -108,7 +109,7 @@ def main() -> None:
             cfg = TrainConfig(
                 task="arith", model=model_cfg, run_dir=str(out / f"{arm}_seed{seed}"), steps=args.steps, seed=seed,
                 prompts_per_step=args.prompts_per_step, group_size=args.group_size, max_new_tokens=5,
-                explorer=arm, lr=args.lr, eden=eden, xrpo=xrpo, init_from=str(warm), tensorboard=False,
+                explorer=arm, lr=args.lr, lr_warmup_steps=args.lr_warmup_steps, eden=eden, xrpo=xrpo, init_from=str(warm), tensorboard=False,
             )  # type: ignore[arg-type]  # fmt: skip
             t0 = time.perf_counter()
             trainer = LocalTrainer(cfg)

@@ -71,6 +71,7 @@ class TrainConfig:
             `agent.estimator`.
         explorer: ``none`` (plain groups), ``eden`` or ``xrpo`` (single-turn only).
         lr: AdamW learning rate.
+        lr_warmup_steps: Linear learning-rate warm-up over the first RL steps (Adam's first steps are large).
         weight_decay: AdamW weight decay.
         loss: Clipping, aggregation, KL and entropy settings.
         eden: EDEN settings (used when explorer is eden).
@@ -102,6 +103,7 @@ class TrainConfig:
     estimator: Literal["grpo", "grpo_mean", "rloo", "dr_grpo"] = "grpo"
     explorer: Literal["none", "eden", "xrpo"] = "none"
     lr: float = 1e-3
+    lr_warmup_steps: int = 10
     weight_decay: float = 0.0
     loss: LossConfig = field(default_factory=LossConfig)
     eden: EdenConfig = field(default_factory=EdenConfig)
@@ -206,8 +208,11 @@ class LocalTrainer:
             batch, metrics = self._single_turn_batch(step, seed)
         t_rollout = time.perf_counter() - t0
         self.model.train()
+        for group in self.optimizer.param_groups:
+            group["lr"] = cfg.lr * min(1.0, step / max(1, cfg.lr_warmup_steps))
         stats = update(self.model, self.optimizer, batch, cfg.loss, self.tok.pad_token_id, self.ref_model)
         metrics.update(stats)
+        metrics["lr"] = self.optimizer.param_groups[0]["lr"]
         metrics["time_rollout_s"] = t_rollout
         metrics["time_step_s"] = time.perf_counter() - t0
         return metrics
