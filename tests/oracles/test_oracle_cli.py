@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from envkit.io import read_records
 from oracles.cli import app
 
 runner = CliRunner()
@@ -152,6 +153,18 @@ def test_rollout_inspect_export_and_datasets_load(tmp_path):
             oracle = ds.filter(lambda r: r["is_oracle"])
             assert len(oracle) == summary["totals"]["oracle_rows"]
             assert min(oracle["weight"]) < 1.0 <= max(oracle["weight"])  # later oracle steps are down-weighted
+            # an oracle turn's prompt shows the policy steps that led to its root (history of 2 steps)
+            recs = {(r["task_id"], r["trajectory"], r["step"]): r for r in read_records(out)}
+            first = next(
+                r
+                for r in oracle
+                if r["step"] == recs[(r["task_id"], r["trajectory"], r["step"])]["root_step"] and r["step"] >= 1
+            )
+            root = recs[(first["task_id"], first["trajectory"], first["step"])]
+            prev = recs[(root["task_id"], root["root_trajectory"], root["step"] - 1)]
+            assert f"-> {prev['action']}" in first["messages"][1]["content"]
+            assert root["observation"] in first["messages"][1]["content"]
+            assert first["messages"][2]["content"] == root["action"]
         else:
             assert {"prompt", "completion", "advantage", "weight", "weighted_advantage"} <= set(ds.column_names)
     res = runner.invoke(app, ["export", str(tmp_path / "none.parquet")])
