@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 from envs.swe.sandbox import WORKDIR, Backend
 from envs.swe.tasks import Task
-from envs.swe.tools import resolve
 
 _LINE = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS|SKIPPED) (.+?)(?: - .*)?$")
 _OK = {"PASSED", "XFAIL"}
@@ -49,22 +48,33 @@ def parse_pytest(output: str) -> dict[str, str]:
     return status
 
 
+def _clear_way(tree: str, rel: str, uid: int) -> str:
+    """Make every parent of `rel` a real directory (removing files or symlinks in the way); return the host path."""
+    cur = tree
+    parts = [p for p in rel.split("/") if p]
+    for part in parts[:-1]:
+        cur = os.path.join(cur, part)
+        if os.path.islink(cur) or (os.path.lexists(cur) and not os.path.isdir(cur)):
+            os.unlink(cur)
+        if not os.path.lexists(cur):
+            os.mkdir(cur, 0o755)
+            os.lchown(cur, uid, uid)
+    host = os.path.join(cur, parts[-1])
+    if os.path.isdir(host) and not os.path.islink(host):
+        shutil.rmtree(host)
+    elif os.path.lexists(host):
+        os.unlink(host)
+    return host
+
+
 def reset_test_files(tree: str, files: Mapping[str, bytes | None], uid: int = 65534) -> None:
-    """Write the pristine test files into `tree` (the agent's edits to them do not count)."""
+    """Write the pristine test files into `tree` (the agent's edits to them, or to their paths, do not count)."""
     for rel, content in files.items():
-        host = resolve(tree, rel, parents=True, uid=uid)
-        if os.path.lexists(host) and (os.path.islink(host) or not os.path.isfile(host)):
-            if os.path.isdir(host) and not os.path.islink(host):
-                shutil.rmtree(host)
-            else:
-                os.unlink(host)
-        if content is None:
-            if os.path.lexists(host):
-                os.unlink(host)
-            continue
-        with open(host, "wb") as f:
-            f.write(content)
-        os.lchown(host, uid, uid)
+        host = _clear_way(tree, rel, uid)
+        if content is not None:
+            with open(host, "wb") as f:
+                f.write(content)
+            os.lchown(host, uid, uid)
 
 
 def grade(

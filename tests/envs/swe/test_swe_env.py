@@ -131,3 +131,38 @@ def test_default_make_passes_the_snapshot_contract():
     finally:
         env.close()
     assert set(report.rules) == {1, 2, 3, 4, 5, 6}
+
+
+def test_restore_without_the_layers_falls_back_to_replay(swe_env, swe_tasks, tmp_path):
+    from envs.swe.env import SWEEnv
+    from envs.swe.layers import LayerStore
+
+    swe_env.reset(seed=3, options={"index": 0})
+    swe_env.step(bash("cd more_itertools && echo edited >> recipes.py && export Z=9"))
+    swe_env.step(json.dumps({"tool": "create", "path": "notes.txt", "file_text": "n\n"}))
+    s = swe_env.snapshot()
+    want = tree_state(swe_env.root)
+    other = SWEEnv(tasks=swe_tasks, store=LayerStore(tmp_path / "other-store"))  # as in another process
+    try:
+        obs, info = other.restore(pickle.loads(pickle.dumps(s)))
+        assert tree_state(other.root) == want and info["step"] == 2 and info["cwd"] == "/repo/more_itertools"
+        out, *_ = other.step(bash("echo $Z"))
+        assert out.strip() == "9"
+    finally:
+        other.close()
+        other.store.close()
+
+
+@pytest.mark.slow
+def test_grading_ignores_damage_to_test_paths(swe_env, swe_tasks):
+    from oracles.swe import GoldPatchOracle
+
+    obs, info = swe_env.reset(seed=0, options={"index": 3})
+    oracle = GoldPatchOracle()
+    oracle.start(swe_env, obs, info)
+    while json.loads(action := oracle.act(obs, info))["tool"] != "submit":
+        obs, _, _, _, info = swe_env.step(action)
+    # Gold source, but the tests directory is replaced by a file and a symlink: grading restores the tests.
+    swe_env.step(bash("rm -rf tests && echo x > tests"))
+    _, r, term, _, info = swe_env.step('{"tool": "submit"}')
+    assert term and r == 1.0 and info["success"] and info["won"]

@@ -74,3 +74,20 @@ def test_cwd_and_env_carry_over(box):
     assert r.cwd == "/repo/d" and dict(r.env)["A"] == "1" and "LANG" not in dict(r.env)
     r2 = b.run(tree, "pwd; echo $A", cwd=r.cwd, env=dict(r.env), timeout=10)
     assert r2.output.split() == ["/repo/d", "1"]
+
+
+def test_rlimits_apply_inside(tmp_path):
+    tree = tmp_path / "t"
+    tree.mkdir()
+    chown_tree(tree, 65534, 65534)
+    b = LocalBackend(Limits(timeout_s=7, memory_mb=1500, nproc=300, file_mb=64))
+    r = b.run(str(tree), "ulimit -v; ulimit -u; ulimit -f; ulimit -t", cwd="/repo", env=b.base_env(), timeout=7)
+    assert r.output.split() == [str(1500 * 1024), "300", str(64 * 1024), "12"]
+    r = b.run(
+        str(tree),
+        "head -c 100000000 /dev/zero > big; ls -l big | awk '{print $5}'",
+        cwd="/repo",
+        env=b.base_env(),
+        timeout=7,
+    )
+    assert r.output.split()[-1] == str(64 << 20)

@@ -103,3 +103,22 @@ def test_decref_deletes_unreferenced_layers(store):
     assert not s.exists(top)
     assert s.exists(base)  # pinned
     tree.close()
+
+
+def test_hundreds_of_snapshots_stay_below_the_layer_limit(store):
+    s, base = store
+    tree = OverlayTree(s, pinned=1)  # default max_layers
+    tree.mount((base,))
+    snaps = []
+    for i in range(150):
+        Path(tree.merged, f"f{i % 7}.txt").write_text(str(i))
+        snaps.append(tree.freeze())
+        assert len(snaps[-1]) <= tree.max_layers
+    for i in (0, 47, 48, 49, 149):
+        tree.mount(snaps[i])
+        assert Path(tree.merged, f"f{i % 7}.txt").read_text() == str(i)
+    for snap in snaps:
+        s.decref(snap)
+    tree.mount((base,))
+    assert s.layer_count() == 1  # only the pinned base is left
+    tree.close()
