@@ -137,10 +137,17 @@ class EnvTask:
                 self._problems[task_id] = problem
             else:
                 self._snapshots[task_id] = self.env.snapshot()
-            answer = getattr(problem, "answer", None)
-            target = None if answer is None else self.answer_format.format(answer=answer)
+            target = self._target(problem)
             out.append(Problem(task_id=task_id, prompt=str(obs), answer=target, seed=seed))
         return out
+
+    def _target(self, problem: Any) -> str | None:
+        """The SFT target of an env problem: its answer in `answer_format`, or its reference code in a fence."""
+        answer = getattr(problem, "answer", None)
+        if answer is not None:
+            return self.answer_format.format(answer=answer)
+        code = getattr(problem, "reference_code", None)
+        return None if code is None else f"```python\n{code}\n```"
 
     def check(self, problems: Sequence[Problem], completions: Sequence[str]) -> list[tuple[float, bool]]:
         """(reward, well-formed) per completion, from the env's verifier."""

