@@ -81,6 +81,8 @@ class TransformersScorer:
         batch_size: Pairs per forward pass.
         max_length: Prompts are cut from the left so that prompt + action fits.
         prompt: How turns are rendered (the same as the policy's).
+        prefix_cache: `sequence_logprobs` (many candidates, one turn) encodes the prompt once and scores the
+            candidates on copies of its key/value cache; False re-encodes prompt + candidate each time.
     """
 
     name = "transformers"
@@ -94,7 +96,9 @@ class TransformersScorer:
         batch_size: int = 8,
         max_length: int = 1024,
         prompt: PromptConfig | None = None,
+        prefix_cache: bool = True,
     ):
+        self.prefix_cache = prefix_cache
         self.torch = require("torch", "train", what="the transformers scorer")
         if isinstance(model, str):
             from trainers.models import ModelConfig, load_model
@@ -148,7 +152,46 @@ class TransformersScorer:
         return [s / n for s, n in self._sums(list(zip(batch, actions, strict=True)))]
 
     def sequence_logprobs(self, x: PolicyInput, candidates: Sequence[str]) -> list[float]:
-        return [s for s, _ in self._sums([(x, c) for c in candidates])]
+        if not self.prefix_cache or not candidates:
+            return [s for s, _ in self._sums([(x, c) for c in candidates])]
+        return self._cached_sums(x, candidates)
+
+    def _cached_sums(self, x: PolicyInput, candidates: Sequence[str]) -> list[float]:
+        """Sequence log-probs of the candidates, encoding the shared prompt once (key/value cache copies)."""
+        import copy
+
+        torch = self.torch
+        device = next(self.model.parameters()).device
+        cands = [self.tokenizer(c, add_special_tokens=False)["input_ids"] or [self.tokenizer.eos_token_id]
+                 for c in candidates]  # fmt: skip
+        longest = max(len(c) for c in cands)
+        cands = [c[: self.max_length - 1] for c in cands]
+        text = render(self.tokenizer, turn_messages(x, self.prompt))
+        p = self.tokenizer(text, add_special_tokens=False)["input_ids"][
+            -(self.max_length - min(longest, self.max_length - 1)) :
+        ]
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        with torch.no_grad():
+            first = self.model(input_ids=torch.tensor([p], device=device), use_cache=True)
+            cache, head = first.past_key_values, first.logits[:, -1:].float()
+            out: list[float] = []
+            for start in range(0, len(cands), self.batch_size):
+                chunk = cands[start : start + self.batch_size]
+                b, width = len(chunk), max(len(c) for c in chunk)
+                ids = torch.full((b, width), pad, dtype=torch.long, device=device)
+                mask = torch.zeros((b, width), dtype=torch.long, device=device)
+                for i, c in enumerate(chunk):
+                    ids[i, : len(c)] = torch.tensor(c, device=device)
+                    mask[i, : len(c)] = 1
+                kv = copy.deepcopy(cache)
+                kv.batch_repeat_interleave(b)
+                attn = torch.cat([torch.ones((b, len(p)), dtype=torch.long, device=device), mask], dim=1)
+                pos = torch.arange(len(p), len(p) + width, device=device).unsqueeze(0).expand(b, -1)
+                logits = self.model(input_ids=ids, attention_mask=attn, past_key_values=kv, position_ids=pos).logits
+                logits = torch.cat([head.expand(b, -1, -1), logits[:, :-1].float()], dim=1)
+                tok_lp = torch.log_softmax(logits, dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
+                out.extend(float(v) for v in (tok_lp * mask).sum(dim=1))
+        return out
 
 
 def _check_lengths(batch: Sequence[PolicyInput], actions: Sequence[str]) -> None:

@@ -64,6 +64,11 @@ def test_scorer_matches_a_direct_forward_pass(tiny):
         assert v < 0
     seq = scorer.sequence_logprobs(xs[0], ["right", "left"])
     assert seq[0] == pytest.approx(got[0] * len("right"), abs=1e-3)  # byte tokens: 5 tokens
+    # the prompt-cache path (default) equals re-encoding prompt + candidate, for candidates of unequal lengths
+    cands = ["left", "right", "teleport", "a much longer free-text action", "x"]
+    cached = TransformersScorer(model, tok, batch_size=2).sequence_logprobs(xs[1], cands)
+    plain = TransformersScorer(model, tok, batch_size=2, prefix_cache=False).sequence_logprobs(xs[1], cands)
+    assert cached == pytest.approx(plain, abs=1e-4)
 
 
 def test_transformers_policy_choose_and_generate(tiny):
