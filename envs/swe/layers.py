@@ -151,16 +151,18 @@ class LayerStore:
         self._counter = itertools.count()
         self._trees: set[OverlayTree] = set()
         self._owned = root is None
+        self._pid = os.getpid()
         self._lock = threading.Lock()
 
     @classmethod
     def default(cls) -> LayerStore:
         """The process-wide store (all SWE envs of a process share it, so snapshots move between them)."""
         with cls._lock:
-            if cls._default is None or not cls._default.root.exists():
-                cls._default = cls()
-                atexit.register(cls._default.close)
-            return cls._default
+            d = cls._default
+            if d is None or not d.root.exists() or d._pid != os.getpid():  # a forked child gets its own store
+                d = cls._default = cls()
+                atexit.register(d.close)
+            return d
 
     # ----- layers --------------------------------------------------------------------------------------------
     def path(self, layer: str) -> str:
@@ -261,6 +263,8 @@ class LayerStore:
 
     def close(self) -> None:
         """Unmount every tree and delete the store (only a store this process created)."""
+        if os.getpid() != self._pid:
+            return  # inherited by a forked child: the parent owns the mounts and the directory
         for tree in list(self._trees):
             tree.close()
         if self._owned:
