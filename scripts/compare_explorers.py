@@ -76,6 +76,30 @@ def warm_up(out: Path, model_cfg: ModelConfig, task: ArithmeticTask, steps: int,
     return folder
 
 
+def write_results(out: Path, results: dict[str, Any], runs: dict[str, list[dict[str, Any]]], arms: list[str]) -> dict:
+    """Summarise the finished arms (mean and std over seeds) and (re)write compare.json and compare.png."""
+    summary = {}
+    for arm in arms:
+        rows = [v for v in results["arms"].values() if v["explorer"] == arm]
+        if not rows:
+            continue
+        summary[arm] = {
+            "seeds": len(rows),
+            "pass1_before_mean": float(np.mean([r["eval_before"]["pass1"] for r in rows])),
+            "pass1_after_mean": float(np.mean([r["eval_after"]["pass1"] for r in rows])),
+            "pass1_after_std": float(np.std([r["eval_after"]["pass1"] for r in rows])),
+            "greedy_after_mean": float(np.mean([r["eval_after"]["greedy"] for r in rows])),
+            "train_reward_last20pct_mean": float(np.mean([r["train_reward_last20pct"] for r in rows])),
+            "zero_adv_fraction_mean": float(np.mean([r["zero_adv_fraction_mean"] for r in rows])),
+            "entropy_last_mean": float(np.mean([r["entropy_last"] for r in rows])),
+            "step_time_median_s": float(np.mean([r["step_time_median_s"] for r in rows])),
+        }
+    results["summary"] = summary
+    (out / "compare.json").write_text(json.dumps(results, indent=2))
+    plot_runs(runs, out / "compare.png", ("reward_mean", "zero_adv_fraction", "entropy"), title="GRPO vs EDEN vs XRPO")
+    return summary
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="runs/compare_explorers")
@@ -132,24 +156,13 @@ def main() -> None:
                 "wall_s": wall,
             }
             print(key, json.dumps(results["arms"][key]), flush=True)
+            write_results(out, results, runs, args.arms)
             if cfg.task == "arith":
                 results["config"] = {
                     k: v for k, v in dataclasses.asdict(cfg).items() if k not in ("run_dir", "seed", "explorer")
                 }
             del trainer
-    summary = {}
-    for arm in args.arms:
-        rows = [v for v in results["arms"].values() if v["explorer"] == arm]
-        summary[arm] = {
-            "pass1_after_mean": float(np.mean([r["eval_after"]["pass1"] for r in rows])),
-            "pass1_after_std": float(np.std([r["eval_after"]["pass1"] for r in rows])),
-            "greedy_after_mean": float(np.mean([r["eval_after"]["greedy"] for r in rows])),
-            "zero_adv_fraction_mean": float(np.mean([r["zero_adv_fraction_mean"] for r in rows])),
-            "step_time_median_s": float(np.mean([r["step_time_median_s"] for r in rows])),
-        }
-    results["summary"] = summary
-    (out / "compare.json").write_text(json.dumps(results, indent=2))
-    plot_runs(runs, out / "compare.png", ("reward_mean", "zero_adv_fraction", "entropy"), title="GRPO vs EDEN vs XRPO")
+    summary = write_results(out, results, runs, args.arms)
     print(json.dumps(summary, indent=2))
 
 
