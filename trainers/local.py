@@ -170,10 +170,12 @@ class LocalTrainer:
         self.ref_model = self._reference_model(resumed=ckpt is not None) if cfg.loss.kl_coef > 0 else None
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.explorer: Any = None
+        t_explorer = time.perf_counter()
         if cfg.explorer == "eden":
             self.explorer = EdenDriver(cfg.eden, self.model, self.tok, self.task, cfg, state.get("explorer"))
         elif cfg.explorer == "xrpo":
             self.explorer = XrpoDriver(cfg.xrpo, self.model, self.tok, self.task, cfg, state.get("explorer"))
+        self.explorer_setup_s = time.perf_counter() - t_explorer  # EDEN: anchor-bank selection
         if "optimizer" in state:
             self.optimizer.load_state_dict(state["optimizer"])
         self.logger = MetricsLogger(
