@@ -1,0 +1,9 @@
+"""SWE domain: ``envkit/SWE-v0`` (repository tasks in a sandbox, rewarded by tests) and its parts.
+
+- `envs.swe.env`: the env (`SWEEnv`) and its tool-call actions; see docs/swe.md.
+- `envs.swe.tasks`: the task format, envkit JSONL and SWE-bench loaders, the shipped task set.
+- `envs.swe.generator`: offline bug-injection task generation and validation.
+- `envs.swe.layers`: immutable overlay layers (the native snapshots).
+- `envs.swe.sandbox` / `envs.swe.container`: the local bubblewrap and the Docker-API backends.
+- `envs.swe.workspace`, `envs.swe.grading`, `envs.swe.tools`: task layers, test grading, file tools.
+"""
