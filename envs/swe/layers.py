@@ -57,6 +57,9 @@ def _mount_overlay(lower: list[str], upper: str, work: str, target: str) -> None
             " The SWE env's local backend mounts overlayfs and needs root (CAP_SYS_ADMIN): run as root, or use "
             "backend='docker'."
             if err == errno.EPERM
+            else " If the store sits on a file system overlayfs cannot use as upper dir (e.g. overlayfs itself), "
+            "set ENVKIT_SWE_STORE to a directory on ext4/xfs/tmpfs (e.g. /dev/shm)."
+            if err == errno.EINVAL
             else ""
         )
         raise OverlayError(err, f"mounting overlay on {target} failed: {os.strerror(err)}.{hint}")
@@ -129,15 +132,17 @@ class LayerStore:
     """A directory of immutable layers with reference counts.
 
     Args:
-        root: Where layers live (created; should be on a local file system). Default: a private temporary
-            directory removed at interpreter exit.
+        root: Where layers live (created; a local file system that can hold overlayfs upper dirs: ext4, xfs,
+            tmpfs; not overlayfs itself). Default: a private temporary directory under ``$ENVKIT_SWE_STORE`` (else
+            the system temp dir), removed at interpreter exit.
     """
 
     _default: LayerStore | None = None
     _lock = threading.Lock()
 
     def __init__(self, root: str | Path | None = None) -> None:
-        self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="envkit-swe-"))
+        parent = os.environ.get("ENVKIT_SWE_STORE") or None
+        self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="envkit-swe-", dir=parent))
         self.root.mkdir(parents=True, exist_ok=True)
         os.chmod(self.root, 0o711)
         (self.root / "l").mkdir(parents=True, exist_ok=True)
