@@ -34,9 +34,13 @@ def local(ctx: typer.Context) -> None:
 @app.command("openrlhf", context_settings=_PASS, add_help_option=False)
 def openrlhf(ctx: typer.Context) -> None:
     """OpenRLHF backend (trainers.openrlhf.entry); arguments are passed through unchanged."""
+    raise typer.Exit(run_openrlhf(list(ctx.args)))
+
+
+def run_openrlhf(argv: Sequence[str]) -> int:
+    """Import `trainers.openrlhf.entry` lazily and run its ``main`` on the raw arguments."""
     entry = importlib.import_module("trainers.openrlhf.entry")
-    result = entry.main(list(ctx.args))
-    raise typer.Exit(int(result or 0))
+    return int(entry.main(list(argv)) or 0)
 
 
 def run_local(argv: Sequence[str]) -> None:
@@ -53,8 +57,14 @@ def run_local(argv: Sequence[str]) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Console-script entry point."""
-    app(args=list(sys.argv[1:] if argv is None else argv), prog_name="envkit-train")
+    """Console-script entry point. Subcommands get their arguments raw (``--`` included), not through click."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] == "openrlhf":
+        sys.exit(run_openrlhf(args[1:]))
+    if args and args[0] == "local":
+        run_local(args[1:])
+        return
+    app(args=args, prog_name="envkit-train")
 
 
 if __name__ == "__main__":
