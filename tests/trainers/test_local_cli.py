@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("tyro")
 
-from trainers import cli  # noqa: E402
+from trainers import cli
 
 
 def test_local_help_lists_every_option_with_its_default(capsys):
