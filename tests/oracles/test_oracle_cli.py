@@ -187,6 +187,8 @@ def test_sigkill_and_resume_gives_the_identical_file(tmp_path):
         "2",
         "--backend",
         "subprocess",
+        "--chunk-tasks",
+        "2",
         "--no-progress",
     ]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
@@ -204,6 +206,7 @@ def test_sigkill_and_resume_gives_the_identical_file(tmp_path):
         if journal.exists() and journal.read_bytes().count(b"\n") >= 3:  # meta + 2 finished tasks
             break
         time.sleep(0.01)
+    assert proc.poll() is None, "the run finished before it could be killed; make it slower"
     os.killpg(proc.pid, signal.SIGKILL)  # the CLI and its pool workers
     proc.wait()
     units = journal.read_bytes().count(b'"unit"')
