@@ -191,6 +191,10 @@ def rollout(
 def print_summary(summary: dict[str, Any], title: str = "SERO run") -> None:
     """Print a summary as rich tables."""
     tot, ses = summary.get("totals", {}), summary.get("session", {})
+    st = summary.get("settings") or {}
+    if st:
+        keys = ("env_id", "policy", "group", "roots", "horizon", "min_budget", "scorer", "weighting", "seed")
+        out_console.print(escape("settings: " + ", ".join(f"{k}={st[k]}" for k in keys if k in st)))
     table = Table(title=title, show_header=True)
     table.add_column("counter")
     table.add_column("value", justify="right")
