@@ -35,7 +35,7 @@ from trainers.explorers.eden import perturb
 
 model = os.environ["MODEL"]
 tok = AutoTokenizer.from_pretrained(model)
-table = AutoModelForCausalLM.from_pretrained(model, torch_dtype=torch.bfloat16).get_input_embeddings().weight.detach()
+table = AutoModelForCausalLM.from_pretrained(model, dtype=torch.bfloat16).get_input_embeddings().weight.detach()
 llm = LLM(model=model, enable_prompt_embeds=True, dtype="bfloat16", gpu_memory_utilization=0.4, enforce_eager=True,
           max_model_len=1024)
 greedy = SamplingParams(temperature=0.0, max_tokens=24)
