@@ -5,7 +5,9 @@ Strategies (``ALFWorldOracle(strategy=...)``):
 - ``"planner"`` (default): `envs.alfworld.planner` plans once from the engine's current facts (about a
   millisecond), the plan runs open-loop, and the oracle re-plans from the facts only when the observation says
   a step failed (``Nothing happens.``) or the next step is not applicable. If that planner finds no plan,
-  fast-downward (alfworld's planner expert) is asked, in a forked process killed after ``timeout_s``.
+  fast-downward (alfworld's planner expert) is asked, in a forked process killed after ``timeout_s``. States
+  the engine cannot win from (the agent holds an object that no receptacle accepts, so its hands can never be
+  freed; random play reaches a few) make it give up at once, saying so.
 - ``"downward"``: fast-downward only (alfworld's ``AlfredExpert(expert_type="planner")`` plan), same timeout.
 - ``"handcoded"``: alfworld's ``HandCodedTWAgent`` (heuristic; weak from mid-episode states, as measured).
 
@@ -29,7 +31,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from envs.alfworld.planner import Op, PlanningError, World, command_for, parse_goal, plan
+from envs.alfworld.planner import DeadEnd, Op, PlanningError, World, command_for, parse_goal, plan
 from oracles.base import OracleGaveUp
 
 STRATEGIES = ("planner", "downward", "handcoded")
@@ -165,6 +167,8 @@ class ALFWorldOracle:
                     ops: list[Op | str] = list(plan(World.of(env.engine._pddl_state.facts), goal))
                     if ops:
                         return ops
+                except DeadEnd:
+                    raise
                 except PlanningError:
                     if not self.config.downward_fallback:
                         raise

@@ -138,11 +138,26 @@ def _snapshot_timings(env: Any, data_dir: str | None, seed: int, depth: int = 20
     }
 
 
+def _hands_stuck(env: Any, info: dict[str, Any]) -> bool:
+    """Independent dead-end check: the agent holds something and no location offers a ``move`` command for it."""
+    if "holds" not in {f.name for f in env.engine._pddl_state.facts}:
+        return False
+    s = env.snapshot()
+    try:
+        for go in [a for a in info["admissible_actions"] if a.startswith("go to ")]:
+            env.restore(s)
+            if any(a.startswith("move ") for a in env.step(go)[4]["admissible_actions"]):
+                return False
+        return True
+    finally:
+        env.restore(s)
+
+
 def _oracle_sweep(env: Any, starts: int, seed: int) -> dict[str, Any]:
     from oracles.alfworld import ALFWorldOracle
     from oracles.base import run_oracle
 
-    wins = total = 0
+    wins = total = unwinnable = 0
     fails: list[dict[str, Any]] = []
     plan_s: list[float] = []
     bar = tqdm(total=len(env.games) * starts, desc="oracle sweep", file=sys.stderr)
@@ -154,19 +169,25 @@ def _oracle_sweep(env: Any, starts: int, seed: int) -> dict[str, Any]:
             for _ in range(k):
                 acts = info["admissible_actions"]
                 obs, _, _, _, info = env.step(acts[int(rng.integers(len(acts)))])
+            stuck = _hands_stuck(env, info)
             oracle = ALFWorldOracle()
             res = run_oracle(env, oracle, obs, info, max_steps=100)
             total += 1
             wins += res.success
             plan_s.append(oracle.planning_s)
+            unwinnable += stuck
             if not res.success:
-                fails.append({"task_id": env.games[g].rel, "random_actions": k, "reason": res.reason})
+                fails.append(
+                    {"task_id": env.games[g].rel, "random_actions": k, "reason": res.reason, "verified_dead_end": stuck}
+                )
             bar.update()
     bar.close()
     return {
         "episodes": total,
         "wins": wins,
         "win_rate": wins / total,
+        "verified_dead_ends": unwinnable,
+        "win_rate_winnable": wins / max(1, total - unwinnable),
         "planning_s_median": statistics.median(plan_s),
         "planning_s_max": max(plan_s),
         "failures": fails,

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["Goal", "Op", "PlanningError", "World", "command_for", "parse_goal", "plan"]
+__all__ = ["DeadEnd", "Goal", "Op", "PlanningError", "World", "command_for", "parse_goal", "plan"]
 
 _CONDITION = {
     "pick_clean_then_place_in_recep": ("isclean", "cleanobject", "sinkbasintype"),
@@ -36,6 +36,10 @@ _CONDITION = {
 
 class PlanningError(Exception):
     """No plan reaches the goal from these facts (the message says what is missing)."""
+
+
+class DeadEnd(PlanningError):
+    """The goal is unreachable from this state in the engine itself (no planner can win from here)."""
 
 
 @dataclass(frozen=True)
@@ -241,10 +245,20 @@ def plan(w: World, g: Goal) -> list[Op]:
     """The shortest plan this planner finds from `w` to `g` (``[]`` when already satisfied).
 
     Raises:
-        PlanningError: no plan exists from these facts (e.g. too few objects of the type).
+        DeadEnd: the engine cannot reach the goal from this state (e.g. the agent holds an object that no
+            receptacle accepts, so its hands can never be freed).
+        PlanningError: this planner found no plan (e.g. too few objects of the type).
     """
     if satisfied(w, g):
         return []
+    h = w.holding
+    if h is not None and w.otype.get(h) != g.obj_type:
+        ot = w.otype.get(h)
+        if not any((rt, ot) in w.can_contain for rt in set(w.rtype.values())):
+            raise DeadEnd(
+                f"the agent holds {h}, which no receptacle can contain (no canContain fact for {ot}), so it can "
+                "never put it down and pick up what the goal needs: the game cannot be won from this state"
+            )
     objs = sorted(o for o, t in w.otype.items() if t == g.obj_type and o in w.pickupable)
     objs = [o for o in objs if o == w.holding or o in w.inside]
     candidates: list[list[Op]] = []

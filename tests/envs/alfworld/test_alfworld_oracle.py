@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -103,3 +105,25 @@ def test_handcoded_strategy_plays_from_reset(env, first_of_type):
     result = run_oracle(env, ALFWorldOracle(strategy="handcoded"), obs, info, max_steps=50)
     assert result.success, result.reason
     assert result.steps[0].action == "look"
+
+
+def test_oracle_says_when_a_state_cannot_be_won(env):
+    """Random play can pick up an object that no receptacle accepts (no canContain fact): a real dead end."""
+    tid = "json_2.1.1/train/look_at_obj_in_light-Pencil-None-DeskLamp-320/trial_T20190908_143748_669974"
+    if tid not in [g.rel for g in env.games]:
+        pytest.skip("needs the shared 54-game subset")
+    obs, info = env.reset(seed=0, options={"task_id": tid})
+    for a in ["go to bed 1", "take teddybear 1 from bed 1"]:
+        obs, _, _, _, info = env.step(a)
+        assert not info["invalid"]
+    # The engine itself offers no way to put the teddy bear down, from any receptacle.
+    s = env.snapshot()
+    for go in [a for a in info["admissible_actions"] if a.startswith("go to ")]:
+        env.restore(s)
+        after = env.step(go)[4]["admissible_actions"]
+        assert not [a for a in after if a.startswith("move ")]
+    obs, info = env.restore(s)
+    t0 = time.perf_counter()
+    result = run_oracle(env, ALFWorldOracle(), obs, info, max_steps=40)
+    assert not result.success and "cannot be won" in result.reason
+    assert time.perf_counter() - t0 < 2  # no 20 s fast-downward search on a hopeless state
