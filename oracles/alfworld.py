@@ -198,7 +198,8 @@ class ALFWorldOracle:
         if not self._last:
             self._last = "look"
             return "look"
-        state = env.engine.state
+        state = type(env.engine.state)(env.engine.state)  # a copy with the readable facts the expert reads
+        state["facts"] = env.engine.readable_facts()
         try:
             action = str(self._handcoded.act(state, 0, bool(state["won"]), self._last))
         except HandCodedAgentTimeout as exc:

@@ -115,6 +115,15 @@ def build_game(trial_dir: Path) -> dict[str, object]:
     }
 
 
+def _solvable(gamefile: Path) -> bool:
+    """alfworld's check (``gamedata["solvable"]`` true) without parsing the whole ~100 KB JSON."""
+    raw = gamefile.read_bytes()
+    if b'"solvable"' not in raw:
+        return False
+    tail = raw.split(b'"solvable"')[-1][:16].lstrip(b" :")
+    return tail.startswith(b"true")
+
+
 def find_games(
     data_dir: str | Path | None,
     split: str = "train",
@@ -145,7 +154,7 @@ def find_games(
         if task_type not in wanted:
             continue
         own = trial / "game.tw-pddl"
-        if own.exists() and not json.loads(own.read_text()).get("solvable", False):
+        if own.exists() and not _solvable(own):
             continue
         games.append(Game(trial, trial.relative_to(root).as_posix(), task_type, cache))
     if not games:

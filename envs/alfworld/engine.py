@@ -412,7 +412,7 @@ class Engine(PddlEnv):  # type: ignore[misc]
 
     def __init__(self) -> None:
         textworld.Environment.__init__(
-            self, textworld.EnvInfos(won=True, admissible_commands=True, facts=True, moves=True)
+            self, textworld.EnvInfos(won=True, admissible_commands=True, moves=True)
         )
         self.downward_lib = _acquire_lib()
         self._finalizer = weakref.finalize(self, _release_lib, self.downward_lib)
@@ -507,6 +507,10 @@ class Engine(PddlEnv):  # type: ignore[misc]
         self.prev_state = None if s.prev_state is None else GameState(s.prev_state)
         self._last_action = s.last_action
         self._moves = s.moves
+
+    def readable_facts(self) -> list[Any]:
+        """The current facts with entity names (what ``EnvInfos(facts=True)`` would put in every state)."""
+        return [self._get_human_readable_fact(f) for f in self.state["_facts"]]
 
     def replan(self) -> list[str]:
         """fast-downward's plan from the current state, as commands (alfworld's planner expert)."""
