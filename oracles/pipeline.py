@@ -20,12 +20,14 @@ import json
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from envkit.core import Trajectory
 from envkit.io import RecordStore
 from envkit.policies import Policy, PolicyInput
 from envkit.pool import EnvFactory, make_pool
@@ -183,6 +185,36 @@ class _StableKeys:
         return self.policy.act([dataclasses.replace(x, key=self.keys[x.key]) for x in batch])
 
 
+def _finish_chunk(
+    cfg: RunConfig,
+    scorer: Any,
+    store: RecordStore,
+    idx: Sequence[int],
+    groups: Sequence[Sequence[Trajectory]],
+    per_task: Sequence[Sequence[ContinuationOutcome]],
+) -> dict[str, float]:
+    """Reachability weights, GraphGPO credit and records of one chunk, appended to the journal task by task."""
+    sero = cfg.sero
+    t_score = t_credit = t_io = 0.0
+    for i, g, outs in zip(idx, groups, per_task, strict=True):
+        ts = time.perf_counter()
+        ws = [
+            reach_weights(scorer, g[o.root.trajectory].steps[: o.root.t], o, sero, f"task-{i}")
+            if o.success
+            else Weighted((), ())
+            for o in outs
+        ]
+        tc = time.perf_counter()
+        credit = credit_group(g, outs, sero)
+        recs = task_records(cfg.env_id, i, task_seed(cfg.seed, i), sero.terminal_reward, g, outs, ws, credit)
+        ti = time.perf_counter()
+        store.append(f"task-{i}", [*recs, {"__stats__": task_stats(g, outs, ws)}])
+        t_score += tc - ts
+        t_credit += ti - tc
+        t_io += time.perf_counter() - ti
+    return {"scoring_s": t_score, "credit_s": t_credit, "io_s": t_io}
+
+
 def run(
     cfg: RunConfig, *, policy: Policy | None = None, scorer: Any = None, on_chunk: Callable[[int], None] | None = None
 ) -> dict[str, Any]:
@@ -210,6 +242,16 @@ def run(
     per_chunk = cfg.chunk_tasks or max(1, -(-8 * cfg.workers // cfg.group))
     bar = _Bar(cfg.progress, cfg.tasks, cfg.tasks - len(pending))
     if pending:
+        post = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sero-post")
+        in_flight: Future[dict[str, float]] | None = None
+
+        def settle() -> None:
+            nonlocal in_flight
+            if in_flight is not None:
+                for k, v in in_flight.result().items():  # re-raises an error of the post-processing thread
+                    timing[k] += v
+                in_flight = None
+
         try:
             policy = policy or make_policy(cfg.policy, seed=cfg.seed, device=cfg.device)
             scorer = scorer or (make_scorer(cfg.scorer, device=cfg.device) if cfg.roots else None)
@@ -251,36 +293,9 @@ def run(
                     for rs in roots:
                         per_task.append(outs[pos : pos + len(rs)])
                         pos += len(rs)
-                    units = []
-                    t_score = t_credit = 0.0
-                    for i, g, os_ in zip(idx, groups, per_task, strict=True):
-                        ts = time.perf_counter()
-                        ws = [
-                            reach_weights(scorer, g[o.root.trajectory].steps[: o.root.t], o, sero, f"task-{i}")
-                            if o.success
-                            else Weighted((), ())
-                            for o in os_
-                        ]
-                        tc = time.perf_counter()
-                        credit = credit_group(g, os_, sero)
-                        t_score += tc - ts
-                        t_credit += time.perf_counter() - tc
-                        recs = task_records(
-                            cfg.env_id, i, task_seed(cfg.seed, i), sero.terminal_reward, g, os_, ws, credit
-                        )
-                        units.append((f"task-{i}", [*recs, {"__stats__": task_stats(g, os_, ws)}]))
-                    t3 = time.perf_counter()
-                    for unit, recs in units:
-                        store.append(unit, recs)
-                    t4 = time.perf_counter()
-                    for k, v in (
-                        ("rollout_s", t1 - t0),
-                        ("continue_s", t2 - t1),
-                        ("scoring_s", t_score),
-                        ("credit_s", t_credit),
-                        ("io_s", t4 - t3),
-                    ):
-                        timing[k] += v
+                    bare = [[t.without_snapshots() for t in g] for g in groups]
+                    timing["rollout_s"] += t1 - t0
+                    timing["continue_s"] += t2 - t1
                     for k, n in (
                         ("tasks_run", len(idx)),
                         ("policy_steps", sum(t.length for t in trajs)),
@@ -288,14 +303,20 @@ def run(
                         ("oracle_steps", sum(len(o.steps) for o in outs)),
                     ):
                         counts[k] += n
+                    # Weights, credit and the journal append of this chunk overlap the next chunk's env work.
+                    settle()
+                    in_flight = post.submit(_finish_chunk, cfg, scorer, store, idx, bare, per_task)
                     bar.advance(len(idx), len(outs), sum(o.success for o in outs))
                     if on_chunk is not None:
                         on_chunk(len(idx))
+                settle()
         except BaseException:
             bar.stop()
+            post.shutdown(wait=True)
             if fresh and not store.done:  # nothing stored: do not leave a journal that pins these settings
                 store.journal.unlink(missing_ok=True)
             raise
+        post.shutdown(wait=True)
     bar.stop()
     t5 = time.perf_counter()
     n_rows = write_output(store, out)
