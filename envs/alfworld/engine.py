@@ -411,9 +411,7 @@ class Engine(PddlEnv):  # type: ignore[misc]
     """
 
     def __init__(self) -> None:
-        textworld.Environment.__init__(
-            self, textworld.EnvInfos(won=True, admissible_commands=True, moves=True)
-        )
+        textworld.Environment.__init__(self, textworld.EnvInfos(won=True, admissible_commands=True, moves=True))
         self.downward_lib = _acquire_lib()
         self._finalizer = weakref.finalize(self, _release_lib, self.downward_lib)
         self.downward_lib.get_state_id.argtypes = []

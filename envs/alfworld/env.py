@@ -22,13 +22,18 @@ followed by the engine's feedback (``task_in_observation=False`` gives the bare 
 ``gamefile``, ``task`` (the task description), ``feedback`` (engine text of the last step), ``step``.
 
 Snapshots are native: fast-downward's state id plus copies of the Python-side engine state and of the env's
-counters and history. They are valid in the instance that took them (``metadata["snapshot_scope"]``); restoring
-one elsewhere (another instance or process, after unpickling) resets and replays the recorded actions with
-hash checks (`SnapshotEnvBase.restore_by_replay`), which needs an episode reset with a seed.
+counters and history. They are valid in the instance that took them (``metadata["snapshot_scope"]``), also
+after a pickle round trip through another process (e.g. a pool worker's snapshot sent to the trainer and
+back: the env keeps the last ``live_snapshots`` engine states); restoring one elsewhere (another instance or
+process) resets and replays the recorded actions with hash checks (`SnapshotEnvBase.restore_by_replay`),
+which needs an episode reset with a seed.
 """
 
 from __future__ import annotations
 
+import itertools
+import os
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +60,8 @@ class ALFWorldConfig:
         cache_dir: Where built game files go; None for ``$ENVKIT_CACHE/alfworld`` or ``~/.cache/envkit/alfworld``.
         task_in_observation: Prefix every step observation with ``Your task is to: ...``.
         asset_cache_size: Games whose parsed logic and SAS translation stay cached in the process.
+        live_snapshots: Recent snapshots whose engine state the env keeps for native restore after a pickle
+            round trip in the same process (older ones restore by replay; `discard` frees one at once).
     """
 
     split: str = "train"
@@ -64,6 +71,7 @@ class ALFWorldConfig:
     cache_dir: str | None = None
     task_in_observation: bool = True
     asset_cache_size: int = 64
+    live_snapshots: int = 256
 
     def __post_init__(self) -> None:
         if self.split not in SPLITS:
@@ -72,6 +80,8 @@ class ALFWorldConfig:
             raise ValueError(f"max_steps must be >= 1, got {self.max_steps}")
         if self.asset_cache_size < 1:
             raise ValueError(f"asset_cache_size must be >= 1, got {self.asset_cache_size}")
+        if self.live_snapshots < 0:
+            raise ValueError(f"live_snapshots must be >= 0, got {self.live_snapshots}")
 
 
 @dataclass(frozen=True)
@@ -87,19 +97,29 @@ class _Frame:
 
 
 class _Payload:
-    """Snapshot payload: the env frame plus the engine state, which stays behind when pickled."""
+    """Snapshot payload: the env frame, the engine state, and a handle that survives pickling.
 
-    __slots__ = ("engine", "frame")
+    Pickling drops the engine state (its state ids mean nothing elsewhere) but keeps `handle`: when the pickle
+    comes back to the process and env instance that took the snapshot (e.g. a snapshot sent from a pool worker
+    to the trainer and back), the env finds the engine state in its registry of recent snapshots and restores
+    natively; anywhere else it replays.
+    """
 
-    def __init__(self, frame: _Frame, engine: EngineState | None) -> None:
+    __slots__ = ("engine", "frame", "handle")
+
+    def __init__(self, frame: _Frame, engine: EngineState | None, handle: tuple[int, int, int]) -> None:
         self.frame = frame
         self.engine = engine
+        self.handle = handle  # (pid, env instance id, snapshot number)
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"frame": self.frame, "engine": None}  # engine state ids mean nothing in another process
+        return {"frame": self.frame, "engine": None, "handle": self.handle}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.frame, self.engine = state["frame"], state["engine"]
+        self.frame, self.engine, self.handle = state["frame"], state["engine"], state["handle"]
+
+
+_ENV_IDS = itertools.count(1)
 
 
 class ALFWorldEnv(SnapshotEnvBase):
@@ -112,9 +132,10 @@ class ALFWorldEnv(SnapshotEnvBase):
         "snapshot_scope": "instance",
         "snapshot_fallback": "replay",
         "snapshot_note": (
-            "native restore is exact and ~1 ms in the instance that took the snapshot (while it has not loaded "
-            "another game); elsewhere (fresh instance, other process, after pickling) restore replays the "
-            "recorded actions with hash checks, which needs an episode reset with a seed"
+            "native restore is exact and sub-millisecond in the env instance that took the snapshot (while it has "
+            "not loaded another game), also after a pickle round trip through another process (the instance keeps "
+            "the last live_snapshots engine states); elsewhere (fresh instance, other process) restore replays "
+            "the recorded actions with hash checks, which needs an episode reset with a seed"
         ),
     }
 
@@ -127,6 +148,7 @@ class ALFWorldEnv(SnapshotEnvBase):
         cache_dir: str | Path | None = None,
         task_in_observation: bool = True,
         asset_cache_size: int = 64,
+        live_snapshots: int = 256,
         evaluation: bool = False,
     ) -> None:
         super().__init__(evaluation=evaluation)
@@ -138,6 +160,7 @@ class ALFWorldEnv(SnapshotEnvBase):
             cache_dir=None if cache_dir is None else str(cache_dir),
             task_in_observation=bool(task_in_observation),
             asset_cache_size=int(asset_cache_size),
+            live_snapshots=int(live_snapshots),
         )
         self.games: tuple[Game, ...] = find_games(
             self.config.data_dir, self.config.split, self.config.task_types, self.config.cache_dir
@@ -146,6 +169,9 @@ class ALFWorldEnv(SnapshotEnvBase):
         self._engine = Engine()
         self._frame: _Frame | None = None
         self._steps_since_load = 0
+        self._uid = next(_ENV_IDS)
+        self._snap_no = 0
+        self._live: OrderedDict[tuple[int, int, int], EngineState] = OrderedDict()
 
     # ----- helpers -----------------------------------------------------------------------------------------
     @property
@@ -240,14 +266,27 @@ class ALFWorldEnv(SnapshotEnvBase):
 
     def _snapshot(self) -> Any:
         assert self._frame is not None
-        return _Payload(self._frame, self._engine.capture_state())
+        engine = self._engine.capture_state()
+        self._snap_no += 1
+        handle = (os.getpid(), self._uid, self._snap_no)
+        self._live[handle] = engine
+        while len(self._live) > self.config.live_snapshots:
+            self._live.popitem(last=False)
+        return _Payload(self._frame, engine, handle)
+
+    def _discard(self, payload: Any) -> None:
+        if isinstance(payload, _Payload):
+            self._live.pop(payload.handle, None)
 
     def _restore(self, payload: Any, snapshot: Snapshot) -> tuple[str, dict[str, Any]]:
         if not isinstance(payload, _Payload):
             raise SnapshotError(f"not an ALFWorld snapshot payload: {type(payload).__name__}")
         f = payload.frame
-        if payload.engine is not None and self._engine.can_load(payload.engine):
-            self._engine.load_state(payload.engine)
+        engine = payload.engine if payload.engine is not None else self._live.get(payload.handle)
+        if engine is not None and self._engine.can_load(engine):
+            self._live[payload.handle] = engine
+            self._live.move_to_end(payload.handle)
+            self._engine.load_state(engine)
             self._frame = f
             self._task = str(f.info["task"])
             return f.obs, dict(f.info)

@@ -174,3 +174,38 @@ def test_registered_id_passes_snapshot_check(alfworld_data, monkeypatch):
         assert e.metadata["snapshot"] == "native" and e.metadata["snapshot_scope"] == "instance"
     finally:
         e.close()
+
+
+def test_pickle_round_trip_in_the_same_instance_stays_native(env):
+    _, info = env.reset(seed=21, options={"game": 0})
+    _, info = _random_walk(env, info, 5, seed=9)
+    s = env.snapshot()
+    ref, _ = _random_walk(env, info, 4, seed=10)
+    back = pickle.loads(pickle.dumps(s))
+    assert back.payload[0].engine is None
+    t0 = time.perf_counter()
+    env.restore(back)
+    assert time.perf_counter() - t0 < 0.05  # the registry of live snapshots, not a replay
+    assert [x[1:5] for x in _step_all(env, [x[0] for x in ref])] == [x[1:5] for x in ref]
+    env.discard(back)  # frees the live engine state at once
+    assert back.payload[0].handle not in env._live
+
+
+@pytest.mark.slow
+def test_snapshots_through_a_subprocess_pool_restore_natively(alfworld_data):
+    from envkit.pool import EnvFactory, SubprocessPool
+
+    pool = SubprocessPool(EnvFactory("envkit/ALFWorld-v0", {"data_dir": str(alfworld_data)}), 1)
+    try:
+        obs, info = pool.call(0, "reset", seed=0, options={"game": 1}).value
+        go = next(a for a in info["admissible_actions"] if a.startswith("go to "))
+        snap, (obs1, *_rest) = pool.call(0, "snapshot_step", go).value  # the snapshot crossed to this process
+        pool.call(0, "step", "look")
+        t0 = time.perf_counter()
+        r = pool.call(0, "restore", snap)
+        assert r.ok, r.error
+        assert time.perf_counter() - t0 < 0.5
+        again = pool.call(0, "step", go).value
+        assert again[0] == obs1
+    finally:
+        pool.close()
