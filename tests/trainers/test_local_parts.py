@@ -198,3 +198,33 @@ def test_xrpo_keeps_the_budget_and_seeds_all_fail_prompts_with_icl(arith):
     state = driver.state_dict()
     again = XrpoDriver(xrpo, model, tok, task, tcfg, state)
     assert len(again.corpus) == 2
+
+
+def test_eden_training_batch_scores_every_row_under_its_clean_prompt(tmp_path):
+    from trainers.local import LocalTrainer
+
+    eden = EdenConfig(
+        n_noisy=2,
+        n_anchors=2,
+        candidate_percentiles=(0.0, 100.0),
+        n_selection_prompts=4,
+        max_scored=None,
+        min_validity=0.0,
+        max_cos=1.0,
+    )
+    cfg = dataclasses.replace(
+        _cfg(explorer="eden", eden=eden),
+        task="arith:1",
+        run_dir=str(tmp_path),
+        tensorboard=False,
+        plot=False,
+        progress=False,
+    )
+    trainer = LocalTrainer(cfg)
+    batch, metrics = trainer._single_turn_batch(1, seed=11)
+    problems = trainer.task.sample(np.random.default_rng([cfg.seed, 1]), cfg.prompts_per_step)
+    clean = {tuple(encode_prompt(trainer.tok, p.prompt, raw=True)) for p in problems}
+    assert {tuple(p) for p in batch.prompts} <= clean
+    # Kept rows: all standard ones plus the top-p share of noisy ones (2 per prompt, top_p 0.5).
+    assert len(batch) == 3 * 2 + 3
+    assert metrics["eden_noisy_kept_share"] == pytest.approx(0.5)
