@@ -157,7 +157,38 @@ class LayerStore:
         self._trees: set[OverlayTree] = set()
         self._owned = root is None
         self._pid = os.getpid()
+        if self._owned:
+            (self.root / "owner.pid").write_text(str(self._pid))
         self._lock = threading.Lock()
+
+    @staticmethod
+    def cleanup_stale(parent: str | Path | None = None) -> list[str]:
+        """Unmount and delete default stores left by processes that died without cleaning up (e.g. SIGKILL).
+
+        Returns the removed store directories. Called when the process-wide store is created.
+        """
+        parent = Path(parent or os.environ.get("ENVKIT_SWE_STORE") or tempfile.gettempdir())
+        removed: list[str] = []
+        for d in parent.glob("envkit-swe-*"):
+            try:
+                pid = int((d / "owner.pid").read_text())
+            except (OSError, ValueError):
+                continue
+            try:
+                os.kill(pid, 0)
+                continue  # still alive
+            except ProcessLookupError:
+                pass
+            except PermissionError:
+                continue
+            prefix = str(d) + "/"
+            with open("/proc/self/mountinfo") as f:
+                points = [line.split()[4] for line in f if line.split()[4].startswith(prefix)]
+            for point in sorted(points, key=len, reverse=True):
+                _libc.umount2(point.encode(), _MNT_DETACH)
+            shutil.rmtree(d, ignore_errors=True)
+            removed.append(str(d))
+        return removed
 
     @classmethod
     def default(cls) -> LayerStore:
@@ -165,6 +196,7 @@ class LayerStore:
         with cls._lock:
             d = cls._default
             if d is None or not d.root.exists() or d._pid != os.getpid():  # a forked child gets its own store
+                cls.cleanup_stale()
                 d = cls._default = cls()
                 atexit.register(d.close)
             return d

@@ -122,3 +122,28 @@ def test_hundreds_of_snapshots_stay_below_the_layer_limit(store):
     tree.mount((base,))
     assert s.layer_count() == 1  # only the pinned base is left
     tree.close()
+
+
+def test_stores_of_killed_processes_are_cleaned_up(tmp_path):
+    import subprocess
+    import sys
+
+    code = (
+        "import os, sys\n"
+        "from envs.swe.layers import LayerStore, OverlayTree\n"
+        f"os.environ['ENVKIT_SWE_STORE'] = {str(tmp_path)!r}\n"
+        "s = LayerStore.default()\n"
+        "src = s.staging(); open(src + '/a', 'w').write('a')\n"
+        "t = OverlayTree(s, pinned=1); t.mount((s.commit(src, pin=True),))\n"
+        "print(s.root, flush=True)\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    root = out.stdout.strip()
+    assert root and os.path.isdir(root)
+    with open("/proc/self/mountinfo") as f:
+        assert any(root in line for line in f), "the killed process left its overlay mounted"
+    assert LayerStore.cleanup_stale(tmp_path) == [root]
+    assert not os.path.exists(root)
+    with open("/proc/self/mountinfo") as f:
+        assert not any(root in line for line in f)
