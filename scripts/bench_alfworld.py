@@ -138,9 +138,15 @@ def _snapshot_timings(env: Any, data_dir: str | None, seed: int, depth: int = 20
     }
 
 
-def _hands_stuck(env: Any, info: dict[str, Any]) -> bool:
-    """Independent dead-end check: the agent holds something and no location offers a ``move`` command for it."""
-    if "holds" not in {f.name for f in env.engine._pddl_state.facts}:
+def _dead_end(env: Any, info: dict[str, Any]) -> bool:
+    """Independent dead-end check (not the planner's): the agent holds an object that is not the task's target
+    (alfworld's ``pddl_params.object_target``) and no location offers a ``move`` command to put it down, so it
+    can never pick up the target."""
+    held = [f for f in env.engine._pddl_state.facts if f.name == "holds"]
+    if not held:
+        return False
+    target = str(env.game.traj_data["pddl_params"]["object_target"]).lower()
+    if held[0].arguments[1].name.split("_bar_")[0].lower() == target:
         return False
     s = env.snapshot()
     try:
@@ -169,7 +175,7 @@ def _oracle_sweep(env: Any, starts: int, seed: int) -> dict[str, Any]:
             for _ in range(k):
                 acts = info["admissible_actions"]
                 obs, _, _, _, info = env.step(acts[int(rng.integers(len(acts)))])
-            stuck = _hands_stuck(env, info)
+            stuck = _dead_end(env, info)
             oracle = ALFWorldOracle()
             res = run_oracle(env, oracle, obs, info, max_steps=100)
             total += 1
