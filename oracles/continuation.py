@@ -201,35 +201,58 @@ def continue_many(env: gym.Env[Any, Any], jobs: Sequence[ContinuationJob]) -> li
     return out
 
 
+def _deal(n_jobs: int, size: int, owners: Sequence[tuple[int, int] | None]) -> list[list[int]]:
+    """Job indices per worker: each job to the worker that made its root's snapshot while that worker has fewer
+    than its fair share, the rest to the least loaded; within a worker, latest snapshots first (the env most
+    likely still holds that episode, so a native restore that is only valid there succeeds)."""
+    cap = -(-n_jobs // size)
+    batches: list[list[int]] = [[] for _ in range(size)]
+    rest = []
+    for i in range(n_jobs):
+        own = owners[i] if i < len(owners) else None
+        if own is not None and 0 <= own[0] < size and len(batches[own[0]]) < cap:
+            batches[own[0]].append(i)
+        else:
+            rest.append(i)
+    for i in rest:
+        min(batches, key=len).append(i)
+    for b in batches:
+        b.sort(key=lambda i: -(owners[i][1] if i < len(owners) and owners[i] is not None else -1))  # type: ignore[index]
+    return batches
+
+
 def run_continuations(
     pool: EnvPool, jobs: Sequence[ContinuationJob], *, per_call: int | None = None, on_done: Any = None
 ) -> list[ContinuationOutcome]:
     """Run jobs on the pool's workers; outcomes in job order.
 
-    Jobs are dealt round-robin to the workers, up to `per_call` jobs per worker per request (default: all of them
-    in one request per worker, which keeps the inter-process round trips to one per worker). A crashed worker's
-    jobs come back with a reason; the pool restarts the worker. `on_done(n)` is called after each round.
+    Jobs go to the worker that made their root's snapshot when `pool` is an `OwnerTrackingPool` (so envs whose
+    native snapshots are valid only in their own instance, like ALFWorld, restore natively), balanced across the
+    workers; otherwise round-robin. Each worker gets up to `per_call` jobs per request (default: all of them in
+    one request, one inter-process round trip per worker). A crashed worker's jobs come back with a reason; the
+    pool restarts the worker. `on_done(n)` is called after each round.
     """
     out: list[ContinuationOutcome | None] = [None] * len(jobs)
-    per = per_call or max(1, -(-len(jobs) // pool.size))
-    order = list(range(len(jobs)))
-    while order:
-        take, order = order[: per * pool.size], order[per * pool.size :]
-        batches = [take[w :: pool.size] for w in range(pool.size)]
+    owner_of = getattr(pool, "owner_of", None)
+    owners = [owner_of(j.root.snapshot) if owner_of else None for j in jobs]
+    batches = _deal(len(jobs), pool.size, owners)
+    per = per_call or max(1, max((len(b) for b in batches), default=1))
+    for r in range(0, max((len(b) for b in batches), default=0), per):
+        parts = [b[r : r + per] for b in batches]
         reqs: list[Request] = [
-            (w, "call", (continue_many, [jobs[i] for i in b]), {}) for w, b in enumerate(batches) if b
+            (w, "call", (continue_many, [jobs[i] for i in part]), {}) for w, part in enumerate(parts) if part
         ]
         results = pool.call_many(reqs)
         for (w, *_), res in zip(reqs, results, strict=True):
             if res.ok:
-                for i, o in zip(batches[w], res.value, strict=True):
+                for i, o in zip(parts[w], res.value, strict=True):
                     out[i] = o
             else:
                 last = res.error.strip().splitlines()[-1] if res.error.strip() else "unknown error"
-                for i in batches[w]:
+                for i in parts[w]:
                     out[i] = ContinuationOutcome(_bare(jobs[i].root), "", reason=f"worker error: {last}")
         if on_done is not None:
-            on_done(len(take))
+            on_done(sum(len(p) for p in parts))
     return [o for o in out if o is not None]
 
 
@@ -255,7 +278,8 @@ def discard_many(env: gym.Env[Any, Any], snapshots: Sequence[Any]) -> int:
 class OwnerTrackingPool(EnvPool):
     """Wraps a pool and remembers which worker made each snapshot (``snapshot_step`` / ``snapshot`` answers).
 
-    `release()` sends every worker its own snapshots to discard and forgets them.
+    `owner_of(s)` gives (worker, sequence number) of a tracked snapshot (`run_continuations` sends each root to its
+    owner); `release()` sends every worker its own snapshots to discard (``discard=False``: only forget them).
     """
 
     def __init__(self, pool: EnvPool):
@@ -263,21 +287,35 @@ class OwnerTrackingPool(EnvPool):
         self.size = pool.size
         self.factory = getattr(pool, "factory", None)
         self.owned: dict[int, list[Any]] = defaultdict(list)
+        self._owner: dict[int, tuple[int, int]] = {}
+        self._seq = 0
+
+    def _track(self, w: int, snap: Any) -> None:
+        if snap is not None:
+            self.owned[w].append(snap)  # keeps the object alive, so its id stays unique
+            self._owner[id(snap)] = (w, self._seq)
+            self._seq += 1
+
+    def owner_of(self, snapshot: Any) -> tuple[int, int] | None:
+        return self._owner.get(id(snapshot)) if snapshot is not None else None
 
     def call_many(self, requests: Sequence[Request]) -> list[Result]:
         results = self.pool.call_many(requests)
         for (w, method, *_), res in zip(requests, results, strict=True):
-            if res.ok and method == "snapshot_step" and res.value[0] is not None:
-                self.owned[w].append(res.value[0])
-            elif res.ok and method == "snapshot" and res.value is not None:
-                self.owned[w].append(res.value)
+            if res.ok and method == "snapshot_step":
+                self._track(w, res.value[0])
+            elif res.ok and method == "snapshot":
+                self._track(w, res.value)
         return results
 
-    def release(self) -> int:
-        """Discard the tracked snapshots in their workers; returns how many were released."""
+    def release(self, discard: bool = True) -> int:
+        """Discard the tracked snapshots in their workers and forget them; returns how many were released."""
         reqs: list[Request] = [(w, "call", (discard_many, snaps), {}) for w, snaps in self.owned.items() if snaps]
         self.owned = defaultdict(list)
-        return sum(r.value for r in self.pool.call_many(reqs) if r.ok) if reqs else 0
+        self._owner = {}
+        if not discard or not reqs:
+            return 0
+        return sum(r.value for r in self.pool.call_many(reqs) if r.ok)
 
     def close(self) -> None:
         self.pool.close()

@@ -259,7 +259,7 @@ def run(
             with pool_cm as raw_pool:
                 md = raw_pool.call(0, "metadata").value or {}
                 track = bool(raw_pool.call(0, "call", needs_discard).value)
-                pool = OwnerTrackingPool(raw_pool) if track else raw_pool
+                pool = OwnerTrackingPool(raw_pool)  # roots go to the worker that made them
                 snaps = cfg.backend == "inprocess" or bool(md.get("snapshot_picklable", True))
                 for c in range(0, len(pending), per_chunk):
                     idx = pending[c : c + per_chunk]
@@ -285,8 +285,8 @@ def run(
                     ]
                     bar.phase(f"restoring + oracle on {len(jobs)} roots")
                     outs = run_continuations(pool, jobs)
-                    if isinstance(pool, OwnerTrackingPool):  # snapshots that hold resources (SWE layers)
-                        counts["snapshots_released"] += pool.release()
+                    # snapshots that hold resources (SWE layers, ALFWorld registries) are released where they live
+                    counts["snapshots_released"] += pool.release(discard=track)
                     t2 = time.perf_counter()
                     per_task: list[list[ContinuationOutcome]] = []
                     pos = 0

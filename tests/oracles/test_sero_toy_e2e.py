@@ -198,3 +198,29 @@ def test_snapshots_holding_resources_are_discarded_in_their_worker(tmp_path, mon
         summary["session"]["snapshots_released"]
         == summary["session"]["policy_steps"] + summary["totals"]["trajectories"]
     )
+
+
+def test_roots_go_to_the_worker_that_made_them(tmp_path, monkeypatch):
+    # Native snapshots valid only in their own env instance (like ALFWorld): sent to their owner, they restore
+    # natively; elsewhere they would fall back to replay.
+    from oracles.base import ORACLES
+
+    gym.register(id="envkit/BoundToy-v0", entry_point=InstanceBoundToy, order_enforce=False, disable_env_checker=True)
+    monkeypatch.setitem(ORACLES, "envkit/BoundToy-v0", "oracles.toy:ToyOracle")
+    try:
+        cfg = _cfg(tmp_path, "b.jsonl", env_id="envkit/BoundToy-v0", workers=3, backend="inprocess", tasks=12)
+        tot = run(cfg)["totals"]
+    finally:
+        gym.registry.pop("envkit/BoundToy-v0", None)
+    assert tot["roots_tried"] >= 3
+    assert tot["restored_native"] == tot["roots_tried"] and tot["restored_replay"] == 0
+
+
+def test_dealing_balances_and_orders_latest_first():
+    from oracles.continuation import _deal
+
+    # 5 jobs, 2 workers: worker 0 made jobs 0-3 (seq 0-3), job 4 has no owner. Fair share is 3 per worker.
+    batches = _deal(5, 2, [(0, 0), (0, 5), (0, 2), (0, 7), None])
+    assert sorted(batches[0] + batches[1]) == [0, 1, 2, 3, 4]
+    assert batches[0] == [1, 2, 0]  # its own three jobs, latest snapshot first
+    assert set(batches[1]) == {3, 4}
