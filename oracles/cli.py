@@ -142,7 +142,10 @@ def rollout(
     device: Annotated[str, typer.Option(help="Device of model policies/scorers: auto | cpu | cuda.")] = "auto",
     chunk_tasks: Annotated[
         int | None,
-        typer.Option(help="Tasks rolled out together (default: ceil(8 * workers / group)); no effect on the records."),
+        typer.Option(
+            help="Tasks rolled out together (default: max(ceil(workers / group), ceil(workers / roots))); "
+            "no effect on the records."
+        ),
     ] = None,
     progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
 ) -> None:

@@ -93,7 +93,10 @@ class RunConfig:
         w_min: Reachability weight minimum.
         device: Device of model policies/scorers (``auto``, ``cpu``, ``cuda``).
         chunk_tasks: Tasks rolled out together (one policy batch stream, one continuation round); None:
-            ``ceil(8 * workers / group)``. Does not change the records; a kill loses at most one chunk.
+            enough tasks to keep every worker busy in both phases, ``max(ceil(workers / group),
+            ceil(workers / roots))`` (small chunks also keep each worker on one task, so instance-bound native
+            snapshots such as ALFWorld's restore natively). Does not change the records; a kill loses at most
+            one chunk.
         progress: Show progress bars.
     """
 
@@ -239,7 +242,7 @@ def run(
     counts: dict[str, int] = dict.fromkeys(
         ("tasks_run", "policy_steps", "continuations", "oracle_steps", "snapshots_released"), 0
     )
-    per_chunk = cfg.chunk_tasks or max(1, -(-8 * cfg.workers // cfg.group))
+    per_chunk = cfg.chunk_tasks or max(1, -(-cfg.workers // cfg.group), -(-cfg.workers // max(1, cfg.roots)))
     bar = _Bar(cfg.progress, cfg.tasks, cfg.tasks - len(pending))
     if pending:
         post = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sero-post")

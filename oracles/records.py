@@ -40,7 +40,6 @@ STEP_FIELDS = (
     "root_id",
     "root_trajectory",
     "root_step",
-    "restored_by",
     "oracle_loglik",
     "reach_weight",
     "distance",
@@ -118,7 +117,6 @@ def task_records(
                 root_id="",
                 root_trajectory=-1,
                 root_step=-1,
-                restored_by="",
                 oracle_loglik=None,
                 reach_weight=1.0,
             )
@@ -141,7 +139,6 @@ def task_records(
                 root_id=rid,
                 root_trajectory=o.root.trajectory,
                 root_step=o.root.t,
-                restored_by=o.restored_by,
                 oracle_loglik=w.loglik[j],
                 reach_weight=w.weights[j],
             )
