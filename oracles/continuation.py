@@ -203,21 +203,27 @@ def continue_many(env: gym.Env[Any, Any], jobs: Sequence[ContinuationJob]) -> li
 
 def _deal(n_jobs: int, size: int, owners: Sequence[tuple[int, int] | None]) -> list[list[int]]:
     """Job indices per worker: each job to the worker that made its root's snapshot while that worker has fewer
-    than its fair share, the rest to the least loaded; within a worker, latest snapshots first (the env most
-    likely still holds that episode, so a native restore that is only valid there succeeds)."""
+    than its fair share (latest snapshots claim their owner first: the env most likely still holds that episode,
+    so a native restore that is only valid there succeeds), the rest to the least loaded worker; within a worker,
+    latest snapshots run first."""
+
+    def seq(i: int) -> int:
+        own = owners[i] if i < len(owners) else None
+        return -1 if own is None else own[1]
+
     cap = -(-n_jobs // size)
     batches: list[list[int]] = [[] for _ in range(size)]
     rest = []
-    for i in range(n_jobs):
+    for i in sorted(range(n_jobs), key=lambda i: -seq(i)):
         own = owners[i] if i < len(owners) else None
         if own is not None and 0 <= own[0] < size and len(batches[own[0]]) < cap:
             batches[own[0]].append(i)
         else:
             rest.append(i)
-    for i in rest:
+    for i in sorted(rest):
         min(batches, key=len).append(i)
     for b in batches:
-        b.sort(key=lambda i: -(owners[i][1] if i < len(owners) and owners[i] is not None else -1))  # type: ignore[index]
+        b.sort(key=lambda i: (-seq(i), i))
     return batches
 
 

@@ -219,8 +219,8 @@ def test_roots_go_to_the_worker_that_made_them(tmp_path, monkeypatch):
 def test_dealing_balances_and_orders_latest_first():
     from oracles.continuation import _deal
 
-    # 5 jobs, 2 workers: worker 0 made jobs 0-3 (seq 0-3), job 4 has no owner. Fair share is 3 per worker.
+    # 5 jobs, 2 workers: worker 0 made jobs 0-3, job 4 has no owner. Fair share is 3 per worker: the three
+    # latest snapshots of worker 0 stay there (latest first), the oldest and the unowned go to worker 1.
     batches = _deal(5, 2, [(0, 0), (0, 5), (0, 2), (0, 7), None])
-    assert sorted(batches[0] + batches[1]) == [0, 1, 2, 3, 4]
-    assert batches[0] == [1, 2, 0]  # its own three jobs, latest snapshot first
-    assert set(batches[1]) == {3, 4}
+    assert batches == [[3, 1, 2], [0, 4]]
+    assert _deal(3, 2, [None, None, None]) == [[0, 2], [1]]
