@@ -148,6 +148,8 @@ def _dead_end(env: Any, info: dict[str, Any]) -> bool:
     target = str(env.game.traj_data["pddl_params"]["object_target"]).lower()
     if held[0].arguments[1].name.split("_bar_")[0].lower() == target:
         return False
+    if any(a.startswith("move ") for a in info["admissible_actions"]):
+        return False
     s = env.snapshot()
     try:
         for go in [a for a in info["admissible_actions"] if a.startswith("go to ")]:
