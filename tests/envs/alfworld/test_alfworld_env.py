@@ -209,3 +209,18 @@ def test_snapshots_through_a_subprocess_pool_restore_natively(alfworld_data):
         assert again[0] == obs1
     finally:
         pool.close()
+
+
+def test_bare_feedback_observations_and_task_type_filter(alfworld_data):
+    from envs.alfworld.env import ALFWorldEnv
+
+    e = ALFWorldEnv(data_dir=alfworld_data, task_types=[4], task_in_observation=False)
+    try:
+        assert {g.task_type for g in e.games} == {"pick_heat_then_place_in_recep"}
+        _, info = e.reset(seed=0)
+        obs, *_, info = e.step("look")
+        assert obs == info["feedback"] and not obs.startswith("Your task is to")
+    finally:
+        e.close()
+    with pytest.raises(ValueError, match="split"):
+        ALFWorldEnv(data_dir=alfworld_data, split="test")
