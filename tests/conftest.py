@@ -23,10 +23,21 @@ def _data_dir(var: str, sub: str) -> Path | None:
     return p if p.exists() else None
 
 
+# Resolved once, before any test imports a domain package: importing `alfworld` sets $ALFWORLD_DATA to
+# ~/.cache/alfworld when it is unset, which would hide the real data from later fixtures.
+DATA_DIRS = {
+    "ALFWORLD_DATA": _data_dir("ALFWORLD_DATA", "alfworld"),
+    "WEBSHOP_DATA": _data_dir("WEBSHOP_DATA", "webshop"),
+}
+for _var, _path in DATA_DIRS.items():
+    if _path is not None:
+        os.environ[_var] = str(_path)
+
+
 @pytest.fixture(scope="session")
 def alfworld_data() -> Path:
     """The ALFWorld data dir ($ALFWORLD_DATA, else ../shared/data/alfworld); skips when absent."""
-    p = _data_dir("ALFWORLD_DATA", "alfworld")
+    p = DATA_DIRS["ALFWORLD_DATA"]
     if p is None:
         pytest.skip("ALFWorld data not found: set ALFWORLD_DATA to a dir made by alfworld-download")
     return p
@@ -35,7 +46,7 @@ def alfworld_data() -> Path:
 @pytest.fixture(scope="session")
 def webshop_data() -> Path:
     """The WebShop data dir ($WEBSHOP_DATA, else ../shared/data/webshop); skips when absent."""
-    p = _data_dir("WEBSHOP_DATA", "webshop")
+    p = DATA_DIRS["WEBSHOP_DATA"]
     if p is None:
         pytest.skip("WebShop data not found: set WEBSHOP_DATA to a dir with items_ins_v2_1000.json")
     return p
