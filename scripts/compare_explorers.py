@@ -31,7 +31,7 @@ from trainers.explorers.eden import EdenConfig
 from trainers.explorers.xrpo import XrpoConfig
 from trainers.generation import sample
 from trainers.local import LocalTrainer, TrainConfig
-from trainers.metrics import plot_runs
+from trainers.metrics import read_metrics
 from trainers.models import ModelConfig, load_model
 from trainers.prompts import decode, encode_prompt
 from trainers.tasks import ArithmeticTask
@@ -96,8 +96,42 @@ def write_results(out: Path, results: dict[str, Any], runs: dict[str, list[dict[
         }
     results["summary"] = summary
     (out / "compare.json").write_text(json.dumps(results, indent=2))
-    plot_runs(runs, out / "compare.png", ("reward_mean", "zero_adv_fraction", "entropy"), title="GRPO vs EDEN vs XRPO")
+    plot_arms(runs, out / "compare.png")
     return summary
+
+
+def plot_arms(runs: dict[str, list[dict[str, Any]]], png: Path, window: int = 10) -> None:
+    """One panel per curve (reward, zero-advantage fraction, entropy): faint per-seed lines, bold seed mean
+    smoothed over `window` steps, one colour per arm."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = {"none": "GRPO", "eden": "EDEN", "xrpo": "XRPO"}
+    colours = {"none": "tab:blue", "eden": "tab:orange", "xrpo": "tab:green"}
+    keys = ("reward_mean", "zero_adv_fraction", "entropy")
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for ax, key in zip(axes, keys):
+        for arm in names:
+            curves = [[r[key] for r in recs] for k, recs in runs.items() if k.split("/")[0] == arm]
+            if not curves:
+                continue
+            n = min(len(c) for c in curves)
+            for c in curves:
+                ax.plot(range(1, n + 1), c[:n], color=colours[arm], alpha=0.2, linewidth=0.8)
+            mean = np.mean([c[:n] for c in curves], axis=0)
+            smooth = np.convolve(mean, np.ones(window) / window, mode="valid")
+            ax.plot(range(window, n + 1), smooth, color=colours[arm], linewidth=2.2,
+                    label=f"{names[arm]} (mean of {len(curves)} seeds)")  # fmt: skip
+        ax.set_title(key)
+        ax.set_xlabel("step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle("Same warm-up, seed and rollout budget per step: GRPO vs EDEN vs XRPO (synthetic 2-digit addition)")
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
 
 
 def main() -> None:
@@ -111,8 +145,14 @@ def main() -> None:
     ap.add_argument("--lr", type=float, default=2e-4)
     ap.add_argument("--lr-warmup-steps", type=int, default=20)
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=ARMS)
+    ap.add_argument("--replot", action="store_true", help="only redraw compare.png from the runs in --out")
     args = ap.parse_args()
     out = Path(args.out)
+    if args.replot:
+        done = json.loads((out / "compare.json").read_text())["arms"]
+        stored = {k: read_metrics(out / f"{v['explorer']}_seed{v['seed']}" / "metrics.jsonl") for k, v in done.items()}
+        plot_arms(stored, out / "compare.png")
+        return
     out.mkdir(parents=True, exist_ok=True)
     task = ArithmeticTask(digits=2)
     model_cfg = ModelConfig(path="tiny:arith", device="cpu")
