@@ -27,6 +27,7 @@ import atexit
 import ctypes
 import errno
 import itertools
+import multiprocessing.util
 import os
 import shutil
 import stat
@@ -199,6 +200,8 @@ class LayerStore:
                 cls.cleanup_stale()
                 d = cls._default = cls()
                 atexit.register(d.close)
+                # multiprocessing children (fork) leave by os._exit after running these finalizers, not atexit
+                multiprocessing.util.Finalize(d, d.close, exitpriority=10)
             return d
 
     # ----- layers --------------------------------------------------------------------------------------------
