@@ -7,7 +7,8 @@ every arm alike; the per-step time is the median over the timed steps (the first
 timed). EDEN's one-off anchor-bank selection is reported separately (``eden_bank_selection_s``), not in the step.
 
 Prints ONE JSON object, e.g. ``{"eden_vs_grpo": 1.02, "xrpo_vs_grpo": 1.04, ...}`` (target <= 1.05).
-``xrpo_2phases_vs_grpo`` is XRPO with ``n_phases=2`` (one generate call fewer per step than the default 3).
+``xrpo_2phases_vs_grpo`` is XRPO with ``n_phases=2`` (one generate call fewer per step than the default 3);
+``grpo_again_vs_grpo`` is a second, identical GRPO arm: how far from 1.0 it lands is the noise of the measurement.
 
 Usage:
     python scripts/bench_explorers.py --steps 20
@@ -44,6 +45,11 @@ def main() -> None:
     ap.add_argument("--warmup-steps", type=int, default=200)
     ap.add_argument("--init-from", default=None, help="model folder to start from (skips the warm-up)")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument(
+        "--arms", nargs="+", default=["none", "eden", "xrpo", "grpo_again"],
+        choices=["none", "eden", "xrpo", "xrpo_2phases", "grpo_again"],
+        help="arms in creation order (none = GRPO, the reference; it must be included)",
+    )  # fmt: skip
     args = ap.parse_args()
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="bench_explorers_"))
@@ -62,9 +68,15 @@ def main() -> None:
     xrpo = XrpoConfig(n0=max(2, args.group_size // 2), icl_backend="bm25")
     trainers: dict[str, LocalTrainer] = {}
     setup: dict[str, float] = {}
-    arm_cfgs = {"none": ("none", xrpo), "eden": ("eden", xrpo), "xrpo": ("xrpo", xrpo)}
+    arm_cfgs: dict[str, tuple[Any, XrpoConfig]] = {
+        "none": ("none", xrpo),
+        "eden": ("eden", xrpo),
+        "xrpo": ("xrpo", xrpo),
+    }
     arm_cfgs["xrpo_2phases"] = ("xrpo", dataclasses.replace(xrpo, n_phases=2))
-    for arm, (explorer, xcfg) in arm_cfgs.items():
+    arm_cfgs["grpo_again"] = ("none", xrpo)  # a second, identical GRPO arm: the measurement's noise floor
+    for arm in args.arms:
+        explorer, xcfg = arm_cfgs[arm]
         cfg = TrainConfig(
             task="arith", model=model_cfg, run_dir=str(tmp / arm), steps=args.skip + args.steps, seed=0,
             prompts_per_step=args.prompts_per_step, group_size=args.group_size, max_new_tokens=5, explorer=explorer,
@@ -76,6 +88,8 @@ def main() -> None:
     times: dict[str, list[float]] = {a: [] for a in trainers}
     rollout_times: dict[str, list[float]] = {a: [] for a in trainers}
     rollouts: dict[str, list[int]] = {a: [] for a in trainers}
+    lengths: dict[str, list[float]] = {a: [] for a in trainers}
+    loss_rows: dict[str, list[int]] = {a: [] for a in trainers}
     arms = list(trainers)
     for step in tqdm(range(1, args.skip + args.steps + 1), desc="bench"):
         order = arms[step % len(arms) :] + arms[: step % len(arms)]
@@ -84,20 +98,26 @@ def main() -> None:
             m: dict[str, Any] = trainers[arm].step(step)
             dt = time.perf_counter() - t0
             rollouts[arm].append(int(m["rollouts"]))
+            lengths[arm].append(float(m["response_length"]))
+            loss_rows[arm].append(int(m["rows_in_loss"]))
             if step > args.skip:
                 times[arm].append(dt)
                 rollout_times[arm].append(float(m["time_rollout_s"]))
     med = {a: statistics.median(v) for a, v in times.items()}
+
+    def name(arm: str) -> str:
+        return "grpo" if arm == "none" else arm
+
     med_roll = {a: statistics.median(v) for a, v in rollout_times.items()}
     out = {
-        "eden_vs_grpo": round(med["eden"] / med["none"], 3),
-        "xrpo_vs_grpo": round(med["xrpo"] / med["none"], 3),
-        "xrpo_2phases_vs_grpo": round(med["xrpo_2phases"] / med["none"], 3),
+        **{f"{a}_vs_grpo": round(med[a] / med["none"], 3) for a in args.arms if a != "none"},
         "target": 1.05,
         "step_s_median": {("grpo" if a == "none" else a): round(v, 4) for a, v in med.items()},
         "rollout_s_median": {("grpo" if a == "none" else a): round(v, 4) for a, v in med_roll.items()},
         "rollouts_per_step": {("grpo" if a == "none" else a): sorted(set(v)) for a, v in rollouts.items()},
-        "eden_bank_selection_s": round(trainers["eden"].explorer_setup_s, 2),
+        "response_length_mean": {name(a): round(statistics.mean(v), 2) for a, v in lengths.items()},
+        "rows_in_loss_mean": {name(a): round(statistics.mean(v), 1) for a, v in loss_rows.items()},
+        "eden_bank_selection_s": round(trainers["eden"].explorer_setup_s, 2) if "eden" in trainers else None,
         "trainer_setup_s": {("grpo" if a == "none" else a): round(v, 2) for a, v in setup.items()},
         "timed_steps": args.steps,
         "prompts_per_step": args.prompts_per_step,
