@@ -40,7 +40,12 @@ def test_local_rejects_bad_values_with_a_message(capsys):
 def test_openrlhf_gets_the_raw_arguments_including_the_separator(monkeypatch):
     seen: list[list[str]] = []
     fake = types.ModuleType("trainers.openrlhf.entry")
-    fake.main = lambda argv: seen.append(argv) or 3  # type: ignore[attr-defined]
+
+    def fake_main(argv: list[str]) -> int:
+        seen.append(argv)
+        return 3
+
+    fake.main = fake_main  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "trainers.openrlhf.entry", fake)
     with pytest.raises(SystemExit) as exc:
         cli.main(["openrlhf", "--explorer", "eden", "--", "--algo.advantage.estimator", "group_norm"])

@@ -67,6 +67,7 @@ def test_recorded_sampling_logprobs_equal_the_training_forward_at_temperature_on
     ids, attn, target = batch_sequences(prompts, s.tokens, tok.pad_token_id, "cpu")
     with torch.no_grad():
         sc = score(model, ids, attn, target)
+    assert s.logprobs is not None
     for i, (p, t) in enumerate(zip(prompts, s.tokens)):
         want = sc.logp[i, len(p) - 1 : len(p) - 1 + len(t)]
         assert torch.allclose(torch.tensor(s.logprobs[i]), want, atol=1e-4)

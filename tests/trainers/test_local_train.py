@@ -22,9 +22,10 @@ REPO = Path(__file__).resolve().parents[2]
 SECTION7 = {"reward_mean", "success_rate", "zero_adv_fraction", "entropy", "response_length", "clip_fraction"}
 
 
-def _weights(folder: Path) -> dict[str, torch.Tensor]:
+def _weights(folder: Path | None) -> dict:
     from safetensors.torch import load_file
 
+    assert folder is not None
     return load_file(str(next(folder.glob("*.safetensors"))))
 
 
@@ -142,5 +143,5 @@ def test_env_task_scores_with_the_code_env_verifier():
     task = EnvTask("envkit/Code-v0")
     problems = task.sample(np.random.default_rng(0), 2)
     assert all(p.answer and p.answer.startswith("```python") for p in problems)
-    assert task.check(problems, [p.answer for p in problems]) == [(1.0, True), (1.0, True)]
+    assert task.check(problems, [str(p.answer) for p in problems]) == [(1.0, True), (1.0, True)]
     assert [r for r, _ in task.check(problems, ["def nothing(): pass", "x = 1"])] == [0.0, 0.0]
