@@ -64,9 +64,13 @@ def _cfg(run: Path, steps: int, **kw) -> TrainConfig:
     )  # fmt: skip
 
 
-@pytest.mark.parametrize("explorer", ["none", "xrpo"])
+@pytest.mark.parametrize("explorer", ["none", "eden", "xrpo"])
 def test_resume_continues_exactly(tmp_path, explorer):
-    kw = {"explorer": explorer, "sft_steps": 30, "sft_batch": 32}
+    from trainers.explorers.eden import EdenConfig
+
+    eden = EdenConfig(n_noisy=1, n_anchors=2, candidate_percentiles=(0.0, 100.0), n_selection_prompts=4,
+                      max_scored=None, min_validity=0.0, max_cos=1.0)  # fmt: skip
+    kw = {"explorer": explorer, "sft_steps": 30, "sft_batch": 32, "eden": eden}
     straight = LocalTrainer(_cfg(tmp_path / "a", 4, **kw))
     rec_a = straight.train()
     LocalTrainer(_cfg(tmp_path / "b", 2, **kw)).train()
