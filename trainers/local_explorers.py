@@ -191,7 +191,7 @@ class XrpoDriver:
             seeded = planner.all_failed() if self.cfg.icl else np.zeros(len(prompts), dtype=bool)
             use = [list(p) for p in prompts]
             icl = np.zeros(len(prompts), dtype=bool)
-            for g in np.flatnonzero(seeded):
+            for g in np.flatnonzero(seeded & (alloc > 0)):  # retrieval only for prompts sampled in this phase
                 aug = self._icl_prompt(problems[int(g)])
                 if aug is not None:
                     use[g], icl[g] = aug, True
