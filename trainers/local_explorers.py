@@ -208,7 +208,7 @@ class XrpoDriver:
             planner.observe(per_prompt)
             out += new
             phase += 1
-        self._stats = planner.stats()
+        self._stats = {**planner.stats(), "xrpo_rollout_counts": planner.counts.tolist()}  # JSONL only (a list)
         return out
 
     def postprocess(self, step: int, problems: Sequence[Problem], rollouts: list[Rollout]) -> dict[str, Any]:

@@ -196,6 +196,7 @@ def test_xrpo_keeps_the_budget_and_seeds_all_fail_prompts_with_icl(arith):
     stats = driver.postprocess(2, problems, out)
     assert stats["xrpo_icl_share"] == pytest.approx(0.5)
     assert stats["xrpo_rollouts_mean"] == 4 and stats["xrpo_phases"] >= 2
+    assert sum(stats["xrpo_rollout_counts"]) == 12 and min(stats["xrpo_rollout_counts"]) >= 2
     state = driver.state_dict()
     again = XrpoDriver(xrpo, model, tok, task, tcfg, state)
     assert len(again.corpus) == 2
