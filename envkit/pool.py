@@ -261,7 +261,8 @@ class SubprocessPool(EnvPool):
 class RayPool(EnvPool):
     """One env per Ray actor, for many machines (``pip install 'envkit[ray]'``); dead actors are recreated.
 
-    Connects to a running cluster when ``ray.init`` finds one (``RAY_ADDRESS``), else starts a local one.
+    Uses Ray as already initialised by the caller; else ``ray.init(**ray_init)`` connects to a running cluster
+    (``RAY_ADDRESS``) or starts a local one, which `close()` shuts down again.
     """
 
     def __init__(
@@ -272,7 +273,8 @@ class RayPool(EnvPool):
         ray = require("ray", "ray", what="the Ray env pool")
         if size < 1:
             raise ValueError(f"pool size must be >= 1, got {size}")
-        if not ray.is_initialized():
+        self._owns_ray = not ray.is_initialized()  # a Ray started here is shut down by close()
+        if self._owns_ray:
             ray.init(**{"include_dashboard": False, "log_to_driver": False, **dict(ray_init or {})})
         self._ray = ray
         self.factory = factory
@@ -317,6 +319,8 @@ class RayPool(EnvPool):
                 pass
             self._ray.kill(actor)
         self._actors = []
+        if self._owns_ray:
+            self._ray.shutdown()
 
 
 BACKENDS: dict[str, type[EnvPool]] = {"inprocess": InProcessPool, "subprocess": SubprocessPool, "ray": RayPool}
