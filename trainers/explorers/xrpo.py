@@ -24,6 +24,7 @@ Driving the planner (one training step, P prompts, total budget exactly ``P * gr
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -105,6 +106,12 @@ class XrpoConfig:
                 raise ValueError(f"XrpoConfig: {msg}")
 
 
+@functools.lru_cache(maxsize=4096)
+def t_quantile(q: float, df: int) -> float:
+    """Student-t quantile (cached: the planner asks for the same few (q, df) pairs thousands of times per step)."""
+    return float(_stats.t.ppf(q, df))
+
+
 def half_width(rewards: Any, alpha: float = 0.05, n: int | None = None) -> float:
     """Half-width ``t_{1-alpha/2, n-1} * s / sqrt(n)`` of the mean's t-interval.
 
@@ -118,7 +125,7 @@ def half_width(rewards: Any, alpha: float = 0.05, n: int | None = None) -> float
     if n < 2:
         raise ValueError(f"half_width needs n >= 2 (a t quantile with n-1 degrees of freedom), got n={n}")
     s = float(r.std(ddof=1)) if len(r) >= 2 else 0.0
-    return float(_stats.t.ppf(1.0 - alpha / 2.0, n - 1)) * s / math.sqrt(n)
+    return t_quantile(1.0 - alpha / 2.0, n - 1) * s / math.sqrt(n)
 
 
 def priority(rewards: Any, step: int, lam: float = 0.03, alpha: float = 0.05, n: int | None = None) -> float:
