@@ -22,42 +22,28 @@ Checks run in a process-wide shared `Sandbox` per settings (one warm fork server
 
 from __future__ import annotations
 
-import atexit
-import os
-from typing import Any, SupportsFloat
+from typing import Any
 
-from envkit.errors import SnapshotError
-from envkit.snapshot import Snapshot, SnapshotEnvBase
 from envs.code.data import CodeProblem, humaneval_problems, load_problems
 from envs.code.sandbox import Sandbox, SandboxConfig
 from envs.code.verifier import CodeResult, CodeVerifier, CodeVerifierConfig
 from envs.math.verdict import Verdict
+from envs.verifier_env import SharedPerConfig, VerifierEnv, cached_problems
 
 DEFAULT_PROMPT = (
     "Complete the following Python function. Answer with the complete function in a ```python code block.\n\n{prompt}"
 )
 DATA_ENV_VAR = "ENVKIT_CODE_DATA"
 
-_SANDBOXES: dict[SandboxConfig, Sandbox] = {}
-_DATA_CACHE: dict[tuple[Any, ...], tuple[CodeProblem, ...]] = {}
+_SANDBOXES: SharedPerConfig[SandboxConfig, Sandbox] = SharedPerConfig(Sandbox)
 
 
 def shared_sandbox(config: SandboxConfig) -> Sandbox:
     """The process-wide sandbox for `config` (started on first use, closed at exit)."""
-    sb = _SANDBOXES.get(config)
-    if sb is None:
-        sb = _SANDBOXES[config] = Sandbox(config)
-    return sb
+    return _SANDBOXES.get(config)
 
 
-@atexit.register
-def _close_shared() -> None:
-    for sb in _SANDBOXES.values():
-        sb.close()
-    _SANDBOXES.clear()
-
-
-class CodeEnv(SnapshotEnvBase):
+class CodeEnv(VerifierEnv[CodeProblem, CodeResult, CodeVerifier]):
     """See the module docstring.
 
     Args:
@@ -74,8 +60,6 @@ class CodeEnv(SnapshotEnvBase):
         evaluation: Evaluation env (oracles refuse to run).
     """
 
-    metadata = {"render_modes": [], "snapshot": "native", "snapshot_picklable": True}
-
     def __init__(
         self,
         data_path: str | None = None,
@@ -90,109 +74,54 @@ class CodeEnv(SnapshotEnvBase):
         verifier: CodeVerifier | None = None,
         evaluation: bool = False,
     ) -> None:
-        super().__init__(evaluation=evaluation)
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
-        if "{prompt}" not in prompt_template:
-            raise ValueError("prompt_template must contain '{prompt}'")
-        path = data_path or os.environ.get(DATA_ENV_VAR) or None
-        mtime = os.stat(path).st_mtime_ns if path and os.path.exists(path) else None
-        key = (path, mtime, fmt, limit)
-        if key not in _DATA_CACHE:
-            _DATA_CACHE[key] = tuple(load_problems(path, fmt=fmt, limit=limit) if path else humaneval_problems(limit))
-        self.problems: tuple[CodeProblem, ...] = _DATA_CACHE[key]
-        self._by_id = {p.id: i for i, p in enumerate(self.problems)}
-        self.max_attempts = max_attempts
-        self.prompt_template = prompt_template
-        self.metadata = {**type(self).metadata, "snapshot_check_depth": max_attempts - 1}
+        super().__init__(
+            max_attempts=max_attempts,
+            prompt_template=prompt_template,
+            placeholder="prompt",
+            verifier=verifier,
+            evaluation=evaluation,
+        )
+        self._use_problems(
+            cached_problems(
+                data_path,
+                DATA_ENV_VAR,
+                (fmt, limit),
+                lambda path: load_problems(path, fmt=fmt, limit=limit) if path else humaneval_problems(limit),
+            )
+        )
         sb_kwargs: dict[str, Any] = {"timeout_s": timeout_s, "memory_mb": memory_mb}
         if slots is not None:
             sb_kwargs["slots"] = slots
         self._vconfig = CodeVerifierConfig(reward_mode=reward_mode, sandbox=SandboxConfig(**sb_kwargs))
-        self._verifier = verifier
-        self._index = 0
-        self._history: tuple[tuple[str, str, float], ...] = ()
-        self._obs = ""
 
-    @property
-    def verifier(self) -> CodeVerifier:
-        """The verifier this env uses (on the shared sandbox unless one was passed)."""
-        if self._verifier is None:
-            self._verifier = CodeVerifier(self._vconfig, sandbox=shared_sandbox(self._vconfig.sandbox))
-        return self._verifier
+    def _default_verifier(self) -> CodeVerifier:
+        return CodeVerifier(self._vconfig, sandbox=shared_sandbox(self._vconfig.sandbox))
 
-    @property
-    def problem(self) -> CodeProblem:
-        """The current problem (oracles read its reference solution)."""
-        return self.problems[self._index]
+    def _prompt(self, problem: CodeProblem) -> str:
+        return self.prompt_template.format(prompt=problem.prompt)
 
-    def _info(self, result: CodeResult | None = None) -> dict[str, Any]:
-        last = self._history[-1][1] if self._history else None
-        info: dict[str, Any] = {
-            "success": last == Verdict.CORRECT.value,
-            "won": last == Verdict.CORRECT.value,
-            "invalid": False,
-            "task_id": self.problem.id,
-            "attempt": len(self._history),
-            "max_attempts": self.max_attempts,
-            "verdict": last,
+    def _domain_info(self, last: str | None, result: CodeResult | None) -> dict[str, Any]:
+        if result is None:
+            return {}
+        return {
+            "invalid": result.passed == 0 and result.detail.startswith(("program ", "setup ")),
+            "passed": result.passed,
+            "total": result.total,
+            "detail": result.detail,
         }
-        if result is not None:
-            info.update(
-                invalid=result.passed == 0 and result.detail.startswith(("program ", "setup ")),
-                passed=result.passed,
-                total=result.total,
-                detail=result.detail,
-            )
-        return info
 
-    def _reset(self, *, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        if "task_id" in options:
-            if options["task_id"] not in self._by_id:
-                raise ValueError(f"unknown task_id {options['task_id']!r}; ids look like {self.problems[0].id!r}")
-            self._index = self._by_id[options["task_id"]]
-        elif "index" in options:
-            self._index = int(options["index"]) % len(self.problems)
-        else:
-            self._index = int(self.np_random.integers(len(self.problems)))
-        self._history = ()
-        self._obs = self.prompt_template.format(prompt=self.problem.prompt)
-        return self._obs, self._info()
-
-    def _feedback(self, r: CodeResult) -> str:
+    def _feedback(self, result: CodeResult) -> str:
         left = self.max_attempts - len(self._history)
-        if r.verdict is Verdict.CORRECT:
-            return f"All {r.total} tests passed."
-        if r.verdict is Verdict.TIMEOUT:
-            what = f"Time limit exceeded ({r.passed} of {r.total} tests passed before it)."
-        elif r.verdict is Verdict.ERROR:
-            what = f"The code could not be checked (sandbox error: {r.detail[:300]})."
+        if result.verdict is Verdict.CORRECT:
+            return f"All {result.total} tests passed."
+        if result.verdict is Verdict.TIMEOUT:
+            what = f"Time limit exceeded ({result.passed} of {result.total} tests passed before it)."
+        elif result.verdict is Verdict.ERROR:
+            what = f"The code could not be checked (sandbox error: {result.detail[:300]})."
         elif self.verifier.config.reward_mode == "all":  # it stopped at the first failure
-            what = f"A test failed: {r.detail[:500]}"
+            what = f"A test failed: {result.detail[:500]}"
         else:
-            what = f"{r.passed} of {r.total} tests passed. First failure: {r.detail[:500]}"
+            what = f"{result.passed} of {result.total} tests passed. First failure: {result.detail[:500]}"
         return what + (
             f"\nFix the code and answer again ({left} attempt{'s' if left != 1 else ''} left)." if left else ""
         )
-
-    def _step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
-        result = self.verifier.verify(action, self.problem)
-        self._history = (*self._history, (action, result.verdict.value, result.reward))
-        self._obs = self._feedback(result)
-        terminated = result.verdict is Verdict.CORRECT or len(self._history) >= self.max_attempts
-        return self._obs, result.reward, terminated, False, self._info(result)
-
-    def _snapshot(self) -> Any:
-        return (self._index, self.problem.id, self._history, self._obs)
-
-    def _restore(self, payload: Any, snapshot: Snapshot) -> tuple[str, dict[str, Any]]:
-        index, pid, history, obs = payload
-        if index >= len(self.problems) or self.problems[index].id != pid:
-            if pid not in self._by_id:
-                raise SnapshotError(f"this snapshot is of problem {pid!r}, which this env's data does not have")
-            index = self._by_id[pid]
-        self._index, self._history, self._obs = index, history, obs
-        return self._obs, self._info()
-
-    def close(self) -> None:
-        """Nothing to release per env (the shared sandbox closes at exit)."""

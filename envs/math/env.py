@@ -23,40 +23,27 @@ spawn many pools; pass ``verifier=`` to use your own.
 
 from __future__ import annotations
 
-import atexit
-import os
-from typing import Any, SupportsFloat
+from typing import Any
 
-from envkit.errors import SnapshotError, require
-from envkit.snapshot import Snapshot, SnapshotEnvBase
+from envkit.errors import require
 from envs.math.data import DEFAULT_RG_TASKS, MathProblem, load_problems, reasoning_gym_problems
 from envs.math.extract import DEFAULT_METHODS
 from envs.math.verdict import Verdict
 from envs.math.verifier import MathResult, MathVerifier, MathVerifierConfig
+from envs.verifier_env import SharedPerConfig, VerifierEnv, cached_problems
 
 DEFAULT_PROMPT = "{question}\n\nReason step by step, then put your final answer within \\boxed{{}}."
 DATA_ENV_VAR = "ENVKIT_MATH_DATA"
 
-_SHARED: dict[MathVerifierConfig, MathVerifier] = {}
-_DATA_CACHE: dict[tuple[Any, ...], tuple[MathProblem, ...]] = {}
+_SHARED: SharedPerConfig[MathVerifierConfig, MathVerifier] = SharedPerConfig(MathVerifier)
 
 
 def shared_verifier(config: MathVerifierConfig) -> MathVerifier:
     """The process-wide verifier for `config` (made on first use, closed at exit)."""
-    v = _SHARED.get(config)
-    if v is None:
-        v = _SHARED[config] = MathVerifier(config)
-    return v
+    return _SHARED.get(config)
 
 
-@atexit.register
-def _close_shared() -> None:
-    for v in _SHARED.values():
-        v.close()
-    _SHARED.clear()
-
-
-class MathEnv(SnapshotEnvBase):
+class MathEnv(VerifierEnv[MathProblem, MathResult, MathVerifier]):
     """See the module docstring.
 
     Args:
@@ -76,8 +63,6 @@ class MathEnv(SnapshotEnvBase):
         evaluation: Evaluation env (oracles refuse to run).
     """
 
-    metadata = {"render_modes": [], "snapshot": "native", "snapshot_picklable": True}
-
     def __init__(
         self,
         data_path: str | None = None,
@@ -95,75 +80,39 @@ class MathEnv(SnapshotEnvBase):
         verifier: MathVerifier | None = None,
         evaluation: bool = False,
     ) -> None:
-        super().__init__(evaluation=evaluation)
-        if max_attempts < 1:
-            raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
-        if "{question}" not in prompt_template:
-            raise ValueError("prompt_template must contain '{question}'")
+        super().__init__(
+            max_attempts=max_attempts,
+            prompt_template=prompt_template,
+            placeholder="question",
+            verifier=verifier,
+            evaluation=evaluation,
+        )
         require("math_verify", extra="math", what="envkit/Math-v0")
-        path = data_path or os.environ.get(DATA_ENV_VAR) or None
-        mtime = os.stat(path).st_mtime_ns if path and os.path.exists(path) else None
-        key = (path, mtime, fmt, limit, tuple(rg_tasks), rg_size, rg_seed, rg_scorer)
-        if key not in _DATA_CACHE:
+
+        def load(path: str | None) -> list[MathProblem]:
             if path:
-                _DATA_CACHE[key] = tuple(load_problems(path, fmt=fmt, limit=limit))
-            else:
-                _DATA_CACHE[key] = tuple(reasoning_gym_problems(rg_tasks, size=rg_size, seed=rg_seed, scorer=rg_scorer))
-        self.problems: tuple[MathProblem, ...] = _DATA_CACHE[key]
-        self._by_id = {p.id: i for i, p in enumerate(self.problems)}
-        self.max_attempts = max_attempts
-        # Episodes last at most max_attempts steps: the snapshot check snapshots before the last attempt.
-        self.metadata = {**type(self).metadata, "snapshot_check_depth": max_attempts - 1}
-        self.prompt_template = prompt_template
+                return load_problems(path, fmt=fmt, limit=limit)
+            return reasoning_gym_problems(rg_tasks, size=rg_size, seed=rg_seed, scorer=rg_scorer)
+
+        settings = (fmt, limit, tuple(rg_tasks), rg_size, rg_seed, rg_scorer)
+        self._use_problems(cached_problems(data_path, DATA_ENV_VAR, settings, load))
         cfg_kwargs: dict[str, Any] = {"extraction": tuple(extraction), "timeout_s": timeout_s}
         if workers is not None:
             cfg_kwargs["workers"] = workers
         self._config = MathVerifierConfig(**cfg_kwargs)
-        self._verifier = verifier
-        self._index = 0
-        self._history: tuple[tuple[str, str, float], ...] = ()  # (action, verdict, reward) per attempt
-        self._obs = ""
 
-    @property
-    def verifier(self) -> MathVerifier:
-        """The verifier this env uses (the shared one unless one was passed)."""
-        if self._verifier is None:
-            self._verifier = shared_verifier(self._config)
-        return self._verifier
+    def _default_verifier(self) -> MathVerifier:
+        return shared_verifier(self._config)
 
-    @property
-    def problem(self) -> MathProblem:
-        """The current problem (oracles read its reference answer)."""
-        return self.problems[self._index]
+    def _prompt(self, problem: MathProblem) -> str:
+        return self.prompt_template.format(question=problem.question)
 
-    def _info(self, result: MathResult | None = None) -> dict[str, Any]:
-        solved = bool(self._history) and self._history[-1][1] == Verdict.CORRECT.value
-        info: dict[str, Any] = {
-            "success": solved,
-            "won": solved,
-            "invalid": bool(self._history) and self._history[-1][1] == Verdict.NO_ANSWER.value,
-            "task_id": self.problem.id,
-            "attempt": len(self._history),
-            "max_attempts": self.max_attempts,
-            "verdict": self._history[-1][1] if self._history else None,
-        }
+    def _domain_info(self, last: str | None, result: MathResult | None) -> dict[str, Any]:
+        info: dict[str, Any] = {"invalid": last == Verdict.NO_ANSWER.value}
         if result is not None:
             info["extracted"] = result.extracted
             info["answer_detail"] = result.detail
         return info
-
-    def _reset(self, *, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        if "task_id" in options:
-            if options["task_id"] not in self._by_id:
-                raise ValueError(f"unknown task_id {options['task_id']!r}; ids look like {self.problems[0].id!r}")
-            self._index = self._by_id[options["task_id"]]
-        elif "index" in options:
-            self._index = int(options["index"]) % len(self.problems)
-        else:
-            self._index = int(self.np_random.integers(len(self.problems)))
-        self._history = ()
-        self._obs = self.prompt_template.format(question=self.problem.question)
-        return self._obs, self._info()
 
     def _feedback(self, result: MathResult) -> str:
         left = self.max_attempts - len(self._history)
@@ -176,25 +125,3 @@ class MathEnv(SnapshotEnvBase):
         else:
             what = f"Your answer {result.extracted} is not correct."
         return what + (f" Try again ({left} attempt{'s' if left != 1 else ''} left)." if left > 0 else "")
-
-    def _step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
-        result = self.verifier.verify(action, self.problem)
-        self._history = (*self._history, (action, result.verdict.value, result.reward))
-        self._obs = self._feedback(result)
-        terminated = result.verdict is Verdict.CORRECT or len(self._history) >= self.max_attempts
-        return self._obs, result.reward, terminated, False, self._info(result)
-
-    def _snapshot(self) -> Any:
-        return (self._index, self.problem.id, self._history, self._obs)
-
-    def _restore(self, payload: Any, snapshot: Snapshot) -> tuple[str, dict[str, Any]]:
-        index, pid, history, obs = payload
-        if index >= len(self.problems) or self.problems[index].id != pid:
-            if pid not in self._by_id:
-                raise SnapshotError(f"this snapshot is of problem {pid!r}, which this env's data does not have")
-            index = self._by_id[pid]
-        self._index, self._history, self._obs = index, history, obs
-        return self._obs, self._info()
-
-    def close(self) -> None:
-        """Nothing to release per env (the shared verifier closes at exit)."""
