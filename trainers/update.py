@@ -81,14 +81,27 @@ def _chunks(n: int, size: int) -> list[slice]:
     return [slice(i, min(n, i + size)) for i in range(0, n, size)]
 
 
-def _tensors(batch: TrainBatch, rows: slice, pad: int, device: Any) -> tuple[torch.Tensor, ...]:
+def _length_buckets(batch: TrainBatch, size: int) -> list[list[int]]:
+    """Micro-batches of rows of similar length (rows sorted by prompt + response length, then chunked).
+
+    Padding a micro-batch to its longest row costs compute for every row in it; XRPO's ICL-prefixed prompts are
+    several times longer than plain ones, so mixing them pads every row. The whole-batch loss does not depend on
+    how rows are grouped (each micro-batch is scaled by its share), so grouping by length changes nothing else.
+    """
+    order = sorted(range(len(batch)), key=lambda i: (len(batch.prompts[i]) + len(batch.responses[i]), i))
+    return [order[i : i + size] for i in range(0, len(order), size)]
+
+
+def _tensors(batch: TrainBatch, rows: list[int], pad: int, device: Any) -> tuple[torch.Tensor, ...]:
+    prompts = [batch.prompts[i] for i in rows]
     ids, attn, target = batch_sequences(
-        batch.prompts[rows], batch.responses[rows], pad, device, loss_masks=batch.loss_flags[rows]
+        prompts, [batch.responses[i] for i in rows], pad, device, loss_masks=[batch.loss_flags[i] for i in rows]
     )
     adv = torch.zeros_like(target)
-    for i, (p, a) in enumerate(zip(batch.prompts[rows], batch.advantages[rows], strict=True)):
-        adv[i, len(p) - 1 : len(p) - 1 + len(a)] = torch.tensor(a, dtype=adv.dtype)
-    w = torch.tensor(batch.weights[rows], dtype=target.dtype, device=device)
+    for k, i in enumerate(rows):
+        p, a = batch.prompts[i], batch.advantages[i]
+        adv[k, len(p) - 1 : len(p) - 1 + len(a)] = torch.tensor(a, dtype=adv.dtype)
+    w = torch.tensor([batch.weights[i] for i in rows], dtype=target.dtype, device=device)
     return ids, attn, target, adv.to(device), w
 
 
@@ -97,7 +110,7 @@ def update(
 ) -> dict[str, float]:
     """Run `cfg.ppo_epochs` optimizer steps on `batch`; returns loss statistics (means over the batch)."""
     device = next(model.parameters()).device
-    rows = _chunks(len(batch), cfg.micro_batch)
+    rows = _length_buckets(batch, cfg.micro_batch)
     # Denominator of the whole-batch aggregation, so micro-batches add up to the full-batch loss.
     flags = [torch.tensor(f, dtype=torch.float32) for f in batch.loss_flags]
     n_tokens = max(1.0, float(sum(f.sum() for f in flags)))
@@ -136,7 +149,7 @@ def update(
             ent = aggregate(token_entropy(logits), target, "token_mean")
             # Scale the micro-batch aggregate by its share of the whole batch (token count or row count).
             mb_tokens = float(target.sum())
-            share = mb_tokens / n_tokens if cfg.agg == "token_mean" else (sl.stop - sl.start) / n_rows
+            share = mb_tokens / n_tokens if cfg.agg == "token_mean" else len(sl) / n_rows
             tok_share = mb_tokens / n_tokens
             kl = kl_penalty(logp, refs[k], target, estimator=cfg.kl_estimator) if refs[k] is not None else None  # type: ignore[arg-type]
             total = combine_loss(
