@@ -52,9 +52,10 @@ from oracles.continuation import (
     run_continuations,
 )
 from oracles.scorers import Scorer
-from trainers.advantages import StepTable, graphgpo_advantages
+from trainers.advantages import graphgpo_advantages
 from trainers.graph import SUCCESS_NODE, TransitionGraph, build_transition_graph
 from trainers.reachability import choice_logprob, reachability_weights
+from trainers.step_table import StepRows
 
 __all__ = [
     "ContinuationJob",
@@ -296,37 +297,22 @@ def credit_group(
     Returns:
         (policy rows keyed (trajectory, step), oracle rows keyed (continuation index, oracle step index)).
     """
-    cols: dict[str, list[Any]] = {
-        k: []
-        for k in (
-            "group",
-            "trajectory",
-            "step",
-            "state",
-            "reward",
-            "invalid",
-            "next_state",
-            "action",
-            "episode_return",
-            "success",
-        )
-    }
+    rows = StepRows()
     keys: list[tuple[str, int, int]] = []
 
     def add(tid: Any, t: int, st: Step, success: bool, key: tuple[str, int, int]) -> None:
-        for name, value in (
-            ("group", 0),
-            ("trajectory", tid),
-            ("step", t),
-            ("state", st.observation),
-            ("reward", st.reward),
-            ("invalid", bool(st.info.get("invalid", False))),
-            ("next_state", st.next_observation),
-            ("action", st.action),
-            ("episode_return", config.terminal_reward * success),
-            ("success", success),
-        ):
-            cols[name].append(value)
+        rows.add(
+            group=0,
+            trajectory=tid,
+            step=t,
+            state=st.observation,
+            reward=st.reward,
+            invalid=bool(st.info.get("invalid", False)),
+            next_state=st.next_observation,
+            action=st.action,
+            episode_return=config.terminal_reward * success,
+            success=success,
+        )
         keys.append(key)
 
     for i, traj in enumerate(trajs):
@@ -342,9 +328,8 @@ def credit_group(
         return {}, {}
     before = None
     if n_policy:
-        table_b = StepTable(**{name: v[:n_policy] for name, v in cols.items()})  # type: ignore[arg-type]
-        before = graphgpo_advantages(table_b, gamma_g=config.gamma_g).distance
-    res = graphgpo_advantages(StepTable(**cols), gamma_g=config.gamma_g)  # type: ignore[arg-type]
+        before = graphgpo_advantages(rows.table(n_policy), gamma_g=config.gamma_g).distance
+    res = graphgpo_advantages(rows.table(), gamma_g=config.gamma_g)
     pol: dict[tuple[int, int], RowCredit] = {}
     ora: dict[tuple[int, int], RowCredit] = {}
     for r, (kind, a, b) in enumerate(keys):

@@ -4,6 +4,7 @@ API summary:
     StepTable(group, trajectory, step, state, reward, invalid=None, next_state=None, action=None,
               episode_return=None, success=None)         arrays of N rows, validated and frozen
     StepTable.from_trajectories(groups: Sequence[Sequence[envkit.core.Trajectory]]) -> StepTable
+    rows = StepRows(); rows.add(group=..., ..., success=...); rows.table(n=None)   one row at a time, all columns
     table.group_rows() -> {group id: row indices}        table.trajectory_rows() -> [row indices in step order]
     table.anchor_groups() -> (N,) int step-group code    table.next_nodes() -> (N,) next graph node per row
     table.transitions(rows) -> [(state, action, next_node)]
@@ -25,7 +26,7 @@ from trainers.graph import SUCCESS_NODE, TERMINAL_NODE
 if TYPE_CHECKING:
     from envkit.core import Trajectory
 
-__all__ = ["StepTable", "factorize"]
+__all__ = ["StepRows", "StepTable", "factorize"]
 
 
 def factorize(ids: Any, n: int | None = None) -> tuple[np.ndarray, int]:
@@ -200,21 +201,7 @@ class StepTable:
         Failed-to-run trajectories (``failed``) and empty ones are skipped. ``invalid`` is read from each step's
         ``info["invalid"]``; ``next_state`` from the recorded next observation.
         """
-        cols: dict[str, list[Any]] = {
-            k: []
-            for k in (
-                "group",
-                "trajectory",
-                "step",
-                "state",
-                "reward",
-                "invalid",
-                "next_state",
-                "action",
-                "episode_return",
-                "success",
-            )
-        }
+        rows = StepRows()
         for g, trajs in enumerate(groups):
             for i, traj in enumerate(trajs):
                 if traj.failed or not traj.steps:
@@ -222,14 +209,67 @@ class StepTable:
                 ret = float(terminal_reward * traj.success) if terminal_reward is not None else traj.total_reward
                 obs = traj.observations()
                 for t, st in enumerate(traj.steps):
-                    cols["group"].append(g)
-                    cols["trajectory"].append(i)
-                    cols["step"].append(t)
-                    cols["state"].append(obs[t])
-                    cols["reward"].append(st.reward)
-                    cols["invalid"].append(bool(st.info.get("invalid", False)))
-                    cols["next_state"].append(obs[t + 1])
-                    cols["action"].append(st.action)
-                    cols["episode_return"].append(ret)
-                    cols["success"].append(bool(traj.success))
-        return cls(**cols)
+                    rows.add(
+                        group=g,
+                        trajectory=i,
+                        step=t,
+                        state=obs[t],
+                        reward=st.reward,
+                        invalid=bool(st.info.get("invalid", False)),
+                        next_state=obs[t + 1],
+                        action=st.action,
+                        episode_return=ret,
+                        success=bool(traj.success),
+                    )
+        return cls(**rows.columns)
+
+
+STEP_COLUMNS = (
+    "group",
+    "trajectory",
+    "step",
+    "state",
+    "reward",
+    "invalid",
+    "next_state",
+    "action",
+    "episode_return",
+    "success",
+)
+
+
+class StepRows:
+    """Builds a `StepTable` with every column given, one row at a time.
+
+    Attributes:
+        columns: Column name -> the values added so far (`STEP_COLUMNS` order).
+    """
+
+    def __init__(self) -> None:
+        self.columns: dict[str, list[Any]] = {k: [] for k in STEP_COLUMNS}
+
+    def __len__(self) -> int:
+        return len(self.columns["state"])
+
+    def add(
+        self,
+        *,
+        group: Hashable,
+        trajectory: Hashable,
+        step: int,
+        state: str,
+        reward: float,
+        invalid: bool,
+        next_state: str,
+        action: str,
+        episode_return: float,
+        success: bool,
+    ) -> None:
+        """Append one row (see `StepTable` for what each column means)."""
+        row = (group, trajectory, step, state, reward, invalid, next_state, action, episode_return, success)
+        for name, value in zip(STEP_COLUMNS, row, strict=True):
+            self.columns[name].append(value)
+
+    def table(self, n: int | None = None) -> StepTable:
+        """The `StepTable` of the rows added so far (of the first `n` rows when `n` is given)."""
+        return StepTable(**{name: values[:n] for name, values in self.columns.items()})

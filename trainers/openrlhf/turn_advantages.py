@@ -14,7 +14,6 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 
@@ -25,8 +24,10 @@ from trainers.advantages import (
     group_advantages,
     zero_advantage_fraction,
 )
+from trainers.graph import TERMINAL_NODE
 from trainers.openrlhf.config import BackendConfig
 from trainers.openrlhf.records import RolloutRecord, Turn
+from trainers.step_table import StepRows
 
 
 @dataclass(frozen=True)
@@ -87,29 +88,26 @@ def _episode_return(row: SampleRow, cfg: BackendConfig) -> float:
 
 def _step_table(rows: Sequence[SampleRow], groups: list[Hashable], cfg: BackendConfig) -> tuple[StepTable, list[int]]:
     """The turn table of rows that have turns; returns it with the row index of each table row."""
-    cols: dict[str, list[Any]] = {k: [] for k in ("group", "trajectory", "step", "state", "reward", "invalid")}
-    cols.update({"action": [], "episode_return": [], "success": [], "next_state": []})
+    steps = StepRows()
     owner: list[int] = []
     for i, row in enumerate(rows):
         for j, turn in enumerate(row.turns):
-            cols["group"].append(groups[i])
-            cols["trajectory"].append(i)
-            cols["step"].append(j)
-            cols["state"].append(turn.state)
-            cols["reward"].append(turn.reward)
-            cols["invalid"].append(turn.invalid)
-            cols["action"].append(turn.action)
-            cols["episode_return"].append(_episode_return(row, cfg))
-            cols["success"].append(row.success)
             last = j == len(row.turns) - 1
             nxt = turn.next_state
-            cols["next_state"].append(nxt if nxt is not None else (None if last else row.turns[j + 1].state))
+            steps.add(
+                group=groups[i],
+                trajectory=i,
+                step=j,
+                state=turn.state,
+                reward=turn.reward,
+                invalid=turn.invalid,
+                next_state=nxt if nxt is not None else (TERMINAL_NODE if last else row.turns[j + 1].state),
+                action=turn.action,
+                episode_return=_episode_return(row, cfg),
+                success=row.success,
+            )
             owner.append(i)
-    if any(v is None for v in cols["next_state"]):
-        from trainers.graph import TERMINAL_NODE
-
-        cols["next_state"] = [TERMINAL_NODE if v is None else v for v in cols["next_state"]]
-    return StepTable(**cols), owner  # type: ignore[arg-type]
+    return steps.table(), owner
 
 
 def _row_level(rows: Sequence[SampleRow], groups: list[Hashable], cfg: BackendConfig) -> np.ndarray:
