@@ -30,9 +30,9 @@ from typing import Any, SupportsFloat
 from urllib.parse import urlsplit
 
 from envkit.errors import EnvkitError, ResetNeededError, require
-from envkit.snapshot import Snapshot, SnapshotEnvBase
-from envs.webshop.catalog import DEFAULT_TEST_GOALS, Catalog, Goal
-from envs.webshop.env import EpisodeState, WebShopConfig, WebShopCore
+from envkit.snapshot import Snapshot
+from envs.webshop.catalog import DEFAULT_TEST_GOALS
+from envs.webshop.env import EpisodeState, WebShopConfig, WebShopEnvBase
 from envs.webshop.render import parse_html
 from envs.webshop.server import ShopServer
 from envs.webshop.shop import Element, ShopState, check_action, state_from_path, state_path
@@ -67,10 +67,8 @@ class BrowserSnapshot:
     url: str
 
 
-class WebShopBrowserEnv(SnapshotEnvBase):
+class WebShopBrowserEnv(WebShopEnvBase):
     """WebShop in headless Chromium; see the module docstring."""
-
-    metadata = {"render_modes": [], "snapshot": "native", "snapshot_picklable": True}
 
     def __init__(
         self,
@@ -87,11 +85,10 @@ class WebShopBrowserEnv(SnapshotEnvBase):
         page_timeout: float = 20.0,
         evaluation: bool = False,
     ):
-        super().__init__(evaluation=evaluation)
-        self.config = WebShopConfig(
+        config = WebShopConfig(
             data_dir, observation_mode, split, test_goals, human_goals, num_products, max_steps, catalog_seed
         )
-        self.core = WebShopCore(self.config)
+        super().__init__(config, evaluation=evaluation)
         require("selenium.webdriver", extra="browser", what="envkit/WebShopBrowser-v0")  # fail at make, not at reset
         self.chromium = chromium
         self.chromedriver = chromedriver
@@ -100,7 +97,6 @@ class WebShopBrowserEnv(SnapshotEnvBase):
         self._driver: Any = None
         self._profile: tempfile.TemporaryDirectory[str] | None = None
         self._sid = ""
-        self._state = EpisodeState(0, ShopState())
         self._elements: tuple[Element, ...] = ()
         self._source = ""
         self._reward = 0.0
@@ -154,20 +150,6 @@ class WebShopBrowserEnv(SnapshotEnvBase):
 
     # ----- helpers -----------------------------------------------------------------------------------------
     @property
-    def catalog(self) -> Catalog:
-        return self.core.catalog
-
-    @property
-    def goal(self) -> Goal:
-        """The current goal (privileged: for oracles and analysis)."""
-        return self.core.goal(self._state.goal_index)
-
-    @property
-    def state(self) -> EpisodeState:
-        """The current state, as read back from the browser's URL and the server session."""
-        return self._state
-
-    @property
     def url(self) -> str:
         """The browser's current URL."""
         return str(self._driver.current_url) if self._driver is not None else ""
@@ -217,11 +199,7 @@ class WebShopBrowserEnv(SnapshotEnvBase):
 
     # ----- SnapshotEnvBase ---------------------------------------------------------------------------------
     def _reset(self, *, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        if "goal_index" in options:
-            index = self.core.check_goal_index(options["goal_index"])
-        else:
-            idx = self.core.indices
-            index = idx[int(self.np_random.integers(len(idx)))]
+        index = self._draw_goal(options)
         self._start()
         assert self._server is not None
         self._server.sessions.pop(self._sid, None)  # the previous episode's session is not needed any more
@@ -256,10 +234,7 @@ class WebShopBrowserEnv(SnapshotEnvBase):
 
             self._navigate(do)
             shop = self._read_page()
-        t = st.t + 1
-        terminated = shop.page == "done" and why is None
-        truncated = not terminated and t >= self.config.max_steps
-        self._state = EpisodeState(st.goal_index, shop, t, (*st.history, action), why, truncated)
+        terminated, truncated = self._advance(action, shop, why)
         obs, info = self._observe()
         return obs, (self._reward if terminated else 0.0), terminated, truncated, info
 

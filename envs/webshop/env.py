@@ -161,10 +161,55 @@ class WebShopCore:
         return info
 
 
-class WebShopEnv(SnapshotEnvBase):
-    """WebShop as text; see the module docstring."""
+class WebShopEnvBase(SnapshotEnvBase):
+    """What the text and browser envs share: the config and `WebShopCore`, the goal draw, the step bookkeeping.
+
+    Args:
+        config: The env's options.
+        evaluation: Evaluation env (oracles refuse to run).
+    """
 
     metadata = {"render_modes": [], "snapshot": "native", "snapshot_picklable": True}
+
+    def __init__(self, config: WebShopConfig, evaluation: bool = False):
+        super().__init__(evaluation=evaluation)
+        self.config = config
+        self.core = WebShopCore(self.config)
+        self._state = EpisodeState(0, ShopState())
+
+    @property
+    def catalog(self) -> Catalog:
+        return self.core.catalog
+
+    @property
+    def goal(self) -> Goal:
+        """The current goal (privileged: for oracles and analysis)."""
+        return self.core.goal(self._state.goal_index)
+
+    @property
+    def state(self) -> EpisodeState:
+        """The current state (immutable; the browser env reads it back from its URL and the server session)."""
+        return self._state
+
+    def _draw_goal(self, options: dict[str, Any]) -> int:
+        """The reset's goal: ``options["goal_index"]``, else one of the split's goals drawn from the seed."""
+        if "goal_index" in options:
+            return self.core.check_goal_index(options["goal_index"])
+        idx = self.core.indices
+        return idx[int(self.np_random.integers(len(idx)))]
+
+    def _advance(self, action: str, shop: ShopState, why: str | None) -> tuple[bool, bool]:
+        """Record a step that led to `shop` (`why`: why the action was refused); returns (terminated, truncated)."""
+        st = self._state
+        t = st.t + 1
+        terminated = shop.page == "done" and why is None
+        truncated = not terminated and t >= self.config.max_steps
+        self._state = EpisodeState(st.goal_index, shop, t, (*st.history, action), why, truncated)
+        return terminated, truncated
+
+
+class WebShopEnv(WebShopEnvBase):
+    """WebShop as text; see the module docstring."""
 
     def __init__(
         self,
@@ -178,31 +223,15 @@ class WebShopEnv(SnapshotEnvBase):
         catalog_seed: int = 0,
         evaluation: bool = False,
     ):
-        super().__init__(evaluation=evaluation)
-        self.config = WebShopConfig(
+        config = WebShopConfig(
             data_dir, observation_mode, split, test_goals, human_goals, num_products, max_steps, catalog_seed
         )
-        self.core = WebShopCore(self.config)
-        self._state = EpisodeState(0, ShopState())
+        super().__init__(config, evaluation=evaluation)
         self._elements: tuple[Element, ...] = ()
         self._elements_of: ShopState | None = None
         self._last: tuple[str, dict[str, Any]] = ("", {})
 
     # ----- helpers -----------------------------------------------------------------------------------------
-    @property
-    def catalog(self) -> Catalog:
-        return self.core.catalog
-
-    @property
-    def goal(self) -> Goal:
-        """The current goal (privileged: for oracles and analysis)."""
-        return self.core.goal(self._state.goal_index)
-
-    @property
-    def state(self) -> EpisodeState:
-        """The current state (immutable)."""
-        return self._state
-
     def _page(self, shop: ShopState) -> tuple[Element, ...]:
         if self._elements_of is not shop:
             self._elements = page_elements(shop, self.core.catalog, self.core.goal(self._state.goal_index))
@@ -216,21 +245,13 @@ class WebShopEnv(SnapshotEnvBase):
 
     # ----- SnapshotEnvBase ---------------------------------------------------------------------------------
     def _reset(self, *, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        if "goal_index" in options:
-            index = self.core.check_goal_index(options["goal_index"])
-        else:
-            idx = self.core.indices
-            index = idx[int(self.np_random.integers(len(idx)))]
-        self._state = EpisodeState(index, ShopState())
+        self._state = EpisodeState(self._draw_goal(options), ShopState())
         return self._observe()
 
     def _step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
         st = self._state
         shop, why = transition(st.shop, action, self.core.catalog, self.core.goal(st.goal_index), self.core.engine)
-        t = st.t + 1
-        terminated = shop.page == "done" and why is None
-        truncated = not terminated and t >= self.config.max_steps
-        self._state = EpisodeState(st.goal_index, shop, t, (*st.history, action), why, truncated)
+        terminated, truncated = self._advance(action, shop, why)
         obs, info = self._observe()
         reward = float(shop.score or 0.0) if terminated else 0.0
         return obs, reward, terminated, truncated, info
