@@ -28,7 +28,16 @@ from pathlib import Path
 from typing import Any
 
 from envkit.errors import require
-from envs.swe.sandbox import WORKDIR, CommandResult, Limits, SandboxError, _python_roots, cap_output, parse_state
+from envs.swe.sandbox import (
+    WORKDIR,
+    CommandResult,
+    Limits,
+    SandboxError,
+    _python_roots,
+    cap_output,
+    parse_state,
+    sandbox_env,
+)
 
 IMAGE = "envkit-swe-base:1"
 _MOUNT_POINTS = ("usr", "etc", "bin", "sbin", "lib", "lib64", "lib32", "tmp", "repo", "proc", "dev", "sys", "root")
@@ -124,18 +133,7 @@ class DockerBackend:
         return str(image_id)
 
     def base_env(self) -> dict[str, str]:
-        path = ":".join([*(f"{p}/bin" for p in self._prefix), "/usr/local/bin", "/usr/bin", "/bin"])
-        return {
-            "PATH": path,
-            "HOME": "/tmp",
-            "LANG": "C.UTF-8",
-            "TERM": "dumb",
-            "PAGER": "cat",
-            "GIT_PAGER": "cat",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONHASHSEED": "0",
-            "USER": "nobody",
-        }
+        return sandbox_env(self._prefix)
 
     def run(
         self,

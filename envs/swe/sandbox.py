@@ -31,7 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -163,6 +163,22 @@ def _python_roots() -> list[str]:
     return sorted(r for r in roots if not any(r == d or r.startswith(d + "/") for d in _SYSTEM_DIRS))
 
 
+def sandbox_env(python_roots: Sequence[str]) -> dict[str, str]:
+    """The environment variables every sandboxed command starts with (both backends)."""
+    path = ":".join([*(f"{p}/bin" for p in python_roots), "/usr/local/bin", "/usr/bin", "/bin"])
+    return {
+        "PATH": path,
+        "HOME": "/tmp",
+        "LANG": "C.UTF-8",
+        "TERM": "dumb",
+        "PAGER": "cat",
+        "GIT_PAGER": "cat",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTHONHASHSEED": "0",
+        "USER": "nobody",
+    }
+
+
 def read_capped(proc: subprocess.Popen[bytes], deadline: float, keep: int, hard: int) -> tuple[bytes, bytes, int, str]:
     """Read `proc.stdout` until EOF or `deadline`.
 
@@ -225,18 +241,7 @@ class LocalBackend:
         self._extra = [os.path.realpath(p) for p in extra_ro_binds]
 
     def base_env(self) -> dict[str, str]:
-        path = ":".join([*(f"{p}/bin" for p in self._prefix), "/usr/local/bin", "/usr/bin", "/bin"])
-        return {
-            "PATH": path,
-            "HOME": "/tmp",
-            "LANG": "C.UTF-8",
-            "TERM": "dumb",
-            "PAGER": "cat",
-            "GIT_PAGER": "cat",
-            "PYTHONDONTWRITEBYTECODE": "1",
-            "PYTHONHASHSEED": "0",
-            "USER": "nobody",
-        }
+        return sandbox_env(self._prefix)
 
     def _argv(self, tree: str, cwd: str, env: Mapping[str, str], state_fd: int) -> list[str]:
         argv = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
