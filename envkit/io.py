@@ -56,19 +56,14 @@ class RecordStore:
         return set(self._units)
 
     def _load(self) -> None:
-        raw = self.journal.read_bytes()
-        lines = raw.split(b"\n")
-        good = 0
-        for i, line in enumerate(lines):
+        # Every unit is written as one line ending in a newline, so a last line without one was cut by a kill.
+        *complete, tail = self.journal.read_bytes().split(b"\n")
+        for i, line in enumerate(complete):
             if not line:
-                good += 1
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError:
-                if i >= len(lines) - 2:  # a torn last line from a kill: drop it
-                    self.dropped_torn_line = True
-                    break
                 raise EnvkitError(
                     f"journal {self.journal} is corrupt at line {i + 1}; delete it to start over"
                 ) from None
@@ -83,10 +78,10 @@ class RecordStore:
                 self.meta = old
             else:
                 self._units[obj["unit"]] = obj["records"]
-            good += len(line) + 1
-        if self.dropped_torn_line:
+        if tail:
+            self.dropped_torn_line = True
             with open(self.journal, "r+b") as f:
-                f.truncate(sum(len(x) + 1 for x in lines[:i]))
+                f.truncate(sum(len(line) + 1 for line in complete))
 
     def _write_line(self, obj: Mapping[str, Any]) -> None:
         data = (json.dumps(obj, ensure_ascii=False, sort_keys=True, default=_default) + "\n").encode()

@@ -91,3 +91,30 @@ def test_parquet_loads_with_datasets(tmp_path):
     ds = datasets.load_dataset("parquet", data_files=str(out), split="train")
     assert ds["obs"] == ["b", "a"]  # units in sorted order
     assert json.loads(json.dumps(ds[0]["info"])) == {"k": []}
+
+
+def test_last_line_cut_before_its_newline_is_dropped(tmp_path):
+    """A kill between the JSON and its newline leaves a parseable but unterminated line: it must not be kept."""
+    out = tmp_path / "x.jsonl"
+    store = RecordStore(out)
+    store.append("a", [{"v": 1}])
+    with open(store.journal, "ab") as f:
+        f.write(b'{"records": [{"v": 2}], "unit": "b"}')  # complete JSON, newline not yet written
+    again = RecordStore(out)
+    assert again.dropped_torn_line and again.done == {"a"}
+    again.append("b", [{"v": 3}])
+    assert [r["v"] for r in RecordStore(out).records()] == [1, 3]
+
+
+def test_corrupt_middle_line_is_an_error_not_data_loss(tmp_path):
+    out = tmp_path / "x.jsonl"
+    store = RecordStore(out)
+    store.append("a", [{"v": 1}])
+    with open(store.journal, "ab") as f:
+        f.write(b"garbage\n")
+    store2_line = b'{"records": [{"v": 2}], "unit": "b"}\n'
+    with open(store.journal, "ab") as f:
+        f.write(store2_line)
+    with pytest.raises(EnvkitError, match="corrupt at line 3"):
+        RecordStore(out)
+    assert store2_line in store.journal.read_bytes()  # nothing was truncated away
