@@ -27,6 +27,13 @@ def jsonable(info: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def env_success(info: Mapping[str, Any]) -> bool:
+    """The env's own verdict on the task: ``info["success"]`` when present, else ``info["won"]`` (ALFWorld)."""
+    if "success" in info:
+        return bool(info["success"])
+    return bool(info.get("won", False))
+
+
 @dataclass(frozen=True)
 class Step:
     """One transition.

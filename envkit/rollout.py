@@ -23,7 +23,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from envkit.core import Step, Trajectory, jsonable
+from envkit.core import Step, Trajectory, env_success, jsonable
 from envkit.policies import Policy, PolicyInput
 from envkit.pool import EnvPool, Request, Result
 
@@ -35,10 +35,6 @@ class Task:
     task_id: str
     seed: int
     options: Mapping[str, Any] = field(default_factory=dict)
-
-
-def _success(info: Mapping[str, Any]) -> bool:
-    return bool(info["success"]) if "success" in info else bool(info.get("won", False))
 
 
 @dataclass
@@ -94,7 +90,7 @@ def rollout(
             initial_observation=ep.first_obs,
             initial_info=ep.first_info,
             steps=tuple(ep.steps),
-            success=not failed and _success(last_info),
+            success=not failed and env_success(last_info),
             failed=bool(failed),
             error=failed or None,
             final_snapshot=final_snapshot,
@@ -189,7 +185,7 @@ def play(
         initial_observation=first_obs,
         initial_info=first_info,
         steps=tuple(steps),
-        success=_success(steps[-1].info if steps else first_info),
+        success=env_success(steps[-1].info if steps else first_info),
     )
 
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
 
-from envkit.core import Step, jsonable
+from envkit.core import Step, env_success, jsonable
 from envkit.errors import EnvkitError, UnknownEnvError
 
 
@@ -72,13 +72,6 @@ class OracleRun:
     steps: tuple[Step, ...]
     success: bool
     reason: str
-
-
-def env_success(info: Mapping[str, Any]) -> bool:
-    """The env's own verdict: ``info["success"]`` when present, else ``info["won"]``."""
-    if "success" in info:
-        return bool(info["success"])
-    return bool(info.get("won", False))
 
 
 def run_oracle(

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from envkit.core import env_success
 from envkit.registration import make
 from trainers.advantages import (
     StepTable,
@@ -170,7 +171,7 @@ def play(
             e.actions.append(text)
             e.rewards.append(float(reward))
             e.invalid.append(bool(info.get("invalid", False)))
-            e.success = bool(info.get("success", info.get("won", False)))
+            e.success = env_success(info)
             if terminated or truncated or turn == cfg.max_turns - 1:
                 e.done = True
                 continue

@@ -35,7 +35,7 @@ from typing import Any
 import gymnasium as gym
 from openrlhf.utils.agent import AgentExecutorBase
 
-from envkit.core import Step, jsonable
+from envkit.core import Step, env_success, jsonable
 from trainers.openrlhf.config import BackendConfig
 from trainers.openrlhf.records import RESPONSE_KEY, RolloutRecord, RolloutSpec, Turn
 
@@ -99,10 +99,6 @@ def clean_action(text: str, tokenizer: Any) -> str:
 
 def _tokenize(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text=text, add_special_tokens=False)["input_ids"])
-
-
-def _success(info: Mapping[str, Any]) -> bool:
-    return bool(info.get("success", info.get("won", False)))
 
 
 class GymAgentExecutor(AgentExecutorBase):
@@ -212,7 +208,7 @@ class GymAgentExecutor(AgentExecutorBase):
                     )
                 )
             total += float(reward)
-            success = _success(info)
+            success = env_success(info)
             turns.append(
                 Turn(state, action, float(reward), bool(info.get("invalid", False)), start, end, next_state=str(obs))
             )
