@@ -2,7 +2,8 @@
 
 - `sample`: one `model.generate` call for a batch of token-id prompts, each row with its own temperature and,
   optionally, one extra input position appended after the prompt (EDEN's perturbed embedding row). Rows with an
-  extra position and rows without go through the same call: clean rows get one more left pad (masked out).
+  extra position and rows without go through the same call: clean rows get a masked pad before their last
+  token. Each distinct prompt is prefilled once and its KV cache shared by the rows that repeat it.
 - `score`: per-token log-probs and entropies of responses given prompts (the training forward pass); prompts
   here are always the CLEAN ones, so an EDEN extra position never reaches the loss.
 
@@ -23,6 +24,8 @@ from typing import Any
 
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
+
+from trainers.shared_prefix import distinct
 
 
 class RowTemperature(LogitsProcessor):
@@ -88,6 +91,7 @@ def sample(
     seed: int | None = None,
     stop_ids: Sequence[int] = (),
     return_logprobs: bool = False,
+    shared_prefix: bool = True,
 ) -> Samples:
     """Sample one response per prompt in one `generate` call.
 
@@ -102,6 +106,8 @@ def sample(
         stop_ids: Extra token ids that end a response (besides EOS), e.g. a newline in multi-turn play.
         return_logprobs: Also return each token's log-prob under the sampling distribution (temperature
             included), recorded during generation at no extra forward pass.
+        shared_prefix: Prefill each distinct prompt once and share its KV cache among the rows that repeat it
+            (a GRPO group), instead of prefilling every row. Same samples up to float rounding.
     """
     if seed is not None:
         torch.manual_seed(seed)
@@ -109,14 +115,8 @@ def sample(
     pad = tokenizer.pad_token_id
     eos = tokenizer.eos_token_id
     use_embeds = extra_rows is not None and any(r is not None for r in extra_rows)
-    lengths = [len(p) + (1 if use_embeds else 0) for p in prompts]
-    width = max(lengths)
-    ids = torch.full((len(prompts), width), pad, dtype=torch.long, device=device)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long, device=device)
-    for i, p in enumerate(prompts):
-        n = len(p)
-        ids[i, width - n - (1 if use_embeds else 0) : width - (1 if use_embeds else 0)] = torch.tensor(p, device=device)
-        mask[i, width - n - (1 if use_embeds else 0) : width - (1 if use_embeds else 0)] = 1
+    width = max(len(p) for p in prompts)
+    ids, mask = _left_padded(prompts, width, pad)
     gen = GenerationConfig(
         do_sample=True,
         max_new_tokens=max_new_tokens,
@@ -129,21 +129,30 @@ def sample(
     temps = torch.tensor(list(temperatures), dtype=torch.float32, device=device)
     recorder = LogprobRecorder() if return_logprobs else None
     procs = LogitsProcessorList([RowTemperature(temps), *([recorder] if recorder else [])])
+    # Every row's first width-1 columns are its prompt minus the last token, left-padded: shared by a group.
+    cache = _prefix_cache(model, prompts, ids[:, :-1], mask[:, :-1]) if shared_prefix else None
+    kw: dict[str, Any] = {"generation_config": gen, "logits_processor": procs}
+    if cache is not None:
+        kw["past_key_values"] = cache
     if use_embeds:
         assert extra_rows is not None
-        embeds = model.get_input_embeddings()(ids)
-        # Clean rows: the last slot stays a masked pad; noisy rows: the perturbed embedding, attended to.
+        # One more column. Noisy rows: [prompt, perturbed embedding]; clean rows: [prompt minus its last token,
+        # a masked pad, the last token] (position ids follow the attention mask, so the pad is invisible).
+        last = ids[:, -1:]
+        ids = torch.cat([ids, torch.full_like(last, pad)], dim=1)
+        mask = torch.cat([mask, torch.ones_like(last)], dim=1)
+        embeds = model.get_input_embeddings()(ids.to(device))
         for i, row in enumerate(extra_rows):
             if row is not None:
                 embeds[i, -1] = row.to(embeds.dtype)
-                mask[i, -1] = 1
             else:
-                mask[i, :] = torch.roll(mask[i, :], 1)
-                embeds[i] = torch.roll(embeds[i], 1, dims=0)
-        out = model.generate(inputs_embeds=embeds, attention_mask=mask, generation_config=gen, logits_processor=procs)
-        new = out
+                ids[i, -2:] = torch.tensor([pad, int(last[i])])
+                mask[i, -2] = 0
+                embeds[i, -2:] = model.get_input_embeddings()(ids[i, -2:].to(device))
+        out = model.generate(inputs_embeds=embeds, attention_mask=mask.to(device), **kw)
+        new = out  # from embeddings, generate returns only the new tokens
     else:
-        out = model.generate(input_ids=ids, attention_mask=mask, generation_config=gen, logits_processor=procs)
+        out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kw)
         new = out[:, width:]
     stops = {eos, *stop_ids}
     tokens, truncated = [], []
@@ -156,6 +165,33 @@ def sample(
         lp = recorder.finish(new[:, -1]).tolist()
         logprobs = [row[: len(t)] for row, t in zip(lp, tokens, strict=True)]
     return Samples(tokens=tokens, truncated=truncated, logprobs=logprobs)
+
+
+def _left_padded(prompts: Sequence[Sequence[int]], width: int, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Left-padded ids [B, width] and attention mask [B, width] (on the CPU)."""
+    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(prompts), width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        if p:
+            ids[i, width - len(p) :] = torch.tensor(list(p))
+            mask[i, width - len(p) :] = 1
+    return ids, mask
+
+
+def _prefix_cache(model: Any, prompts: Sequence[Sequence[int]], ids: torch.Tensor, mask: torch.Tensor) -> Any:
+    """KV cache of `ids` (the prompts minus their last token) with one prefill per distinct prompt, gathered per
+    row; None when no prompt repeats or some prompt has a single token (its prefix would be all padding)."""
+    uniq, index = distinct(prompts)
+    if len(uniq) == len(prompts) or min(len(p) for p in uniq) < 2:
+        return None
+    device = next(model.parameters()).device
+    first = [index.index(k) for k in range(len(uniq))]
+    u_ids, u_mask = ids[first].to(device), mask[first].to(device)
+    pos = (u_mask.cumsum(-1) - 1).clamp(min=0)
+    cache = model(input_ids=u_ids, attention_mask=u_mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+    past = cache.past_key_values
+    past.batch_select_indices(torch.tensor(index, dtype=torch.long, device=device))
+    return past
 
 
 @dataclass(frozen=True)

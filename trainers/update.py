@@ -5,19 +5,19 @@ optional per-token loss flag (multi-turn rows exclude observation tokens), per-t
 weight (EDEN's gamma, SERO-style weights; 0 drops a row). The maths is `trainers.losses`:
 ``policy_loss`` (clipped surrogate), ``kl_penalty`` against an optional frozen reference model, and the entropy
 bonus, combined by ``combine_loss``. The loss is aggregated over the WHOLE batch (token mean by default) even
-when it is computed in micro-batches.
+when it is computed in micro-batches. Each micro-batch computes its distinct prompts once
+(`trainers.shared_prefix`): a group's rollouts share one prompt pass.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from trainers.generation import batch_sequences, score
 from trainers.losses import aggregate, combine_loss, kl_penalty, policy_loss, token_entropy
+from trainers.shared_prefix import ResponseLogits, response_logits
 
 
 @dataclass
@@ -77,63 +77,68 @@ class LossConfig:
             raise ValueError("LossConfig.ppo_epochs and micro_batch must be >= 1")
 
 
-def _chunks(n: int, size: int) -> list[slice]:
-    return [slice(i, min(n, i + size)) for i in range(0, n, size)]
+def _micro_batches(batch: TrainBatch, size: int) -> list[list[int]]:
+    """Micro-batches that keep a prompt's rows together and put rows of similar length side by side.
 
-
-def _length_buckets(batch: TrainBatch, size: int) -> list[list[int]]:
-    """Micro-batches of rows of similar length (rows sorted by prompt + response length, then chunked).
-
-    Padding a micro-batch to its longest row costs compute for every row in it; XRPO's ICL-prefixed prompts are
-    several times longer than plain ones, so mixing them pads every row. The whole-batch loss does not depend on
-    how rows are grouped (each micro-batch is scaled by its share), so grouping by length changes nothing else.
+    Rows are sorted by (prompt length, prompt, response length) and chunked: each micro-batch computes its
+    distinct prompts once (`trainers.shared_prefix`), and padding stays small (XRPO's ICL-prefixed prompts are
+    several times longer than plain ones). The whole-batch loss does not depend on how rows are grouped (each
+    micro-batch is scaled by its share), so the grouping changes nothing else.
     """
-    order = sorted(range(len(batch)), key=lambda i: (len(batch.prompts[i]) + len(batch.responses[i]), i))
+    order = sorted(
+        range(len(batch)), key=lambda i: (len(batch.prompts[i]), batch.prompts[i], len(batch.responses[i]), i)
+    )
     return [order[i : i + size] for i in range(0, len(order), size)]
 
 
-def _tensors(batch: TrainBatch, rows: list[int], pad: int, device: Any) -> tuple[torch.Tensor, ...]:
-    prompts = [batch.prompts[i] for i in rows]
-    ids, attn, target = batch_sequences(
-        prompts, [batch.responses[i] for i in rows], pad, device, loss_masks=[batch.loss_flags[i] for i in rows]
+def _forward(model: Any, batch: TrainBatch, rows: list[int], pad: int) -> ResponseLogits:
+    return response_logits(
+        model,
+        [batch.prompts[i] for i in rows],
+        [batch.responses[i] for i in rows],
+        pad,
+        loss_flags=[batch.loss_flags[i] for i in rows],
     )
-    adv = torch.zeros_like(target)
+
+
+def _row_tensors(batch: TrainBatch, rows: list[int], like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantages [B, T] aligned with the response positions, and row weights [B]."""
+    adv = torch.zeros_like(like, dtype=torch.float32)
     for k, i in enumerate(rows):
-        p, a = batch.prompts[i], batch.advantages[i]
-        adv[k, len(p) - 1 : len(p) - 1 + len(a)] = torch.tensor(a, dtype=adv.dtype)
-    w = torch.tensor([batch.weights[i] for i in rows], dtype=target.dtype, device=device)
-    return ids, attn, target, adv.to(device), w
+        a = batch.advantages[i]
+        if a:
+            adv[k, : len(a)] = torch.tensor(a, dtype=torch.float32)
+    w = torch.tensor([batch.weights[i] for i in rows], dtype=torch.float32, device=like.device)
+    return adv.to(like.device), w
 
 
 def update(
     model: Any, optimizer: Any, batch: TrainBatch, cfg: LossConfig, pad: int, ref_model: Any | None = None
 ) -> dict[str, float]:
     """Run `cfg.ppo_epochs` optimizer steps on `batch`; returns loss statistics (means over the batch)."""
-    device = next(model.parameters()).device
-    rows = _length_buckets(batch, cfg.micro_batch)
+    rows = _micro_batches(batch, cfg.micro_batch)
     # Denominator of the whole-batch aggregation, so micro-batches add up to the full-batch loss.
-    flags = [torch.tensor(f, dtype=torch.float32) for f in batch.loss_flags]
-    n_tokens = max(1.0, float(sum(f.sum() for f in flags)))
+    n_tokens = max(1.0, float(sum(sum(f) for f in batch.loss_flags)))
     n_rows = max(1, len(batch))
     norm_len = max((len(r) for r in batch.responses), default=1)
-    old: list[torch.Tensor] = []
+    old: list[torch.Tensor | None] = []
     refs: list[torch.Tensor | None] = []
     with torch.no_grad():
         for sl in rows:
-            ids, attn, target, _, _ = _tensors(batch, sl, pad, device)
-            old.append(
-                score(model, ids, attn, target, with_entropy=False).logp if cfg.ppo_epochs > 1 else torch.empty(0)
-            )
-            refs.append(score(ref_model, ids, attn, target, with_entropy=False).logp if ref_model is not None else None)
+            old.append(_forward(model, batch, sl, pad).logprobs() if cfg.ppo_epochs > 1 else None)
+            refs.append(_forward(ref_model, batch, sl, pad).logprobs() if ref_model is not None else None)
     stats: dict[str, float] = {}
     for _ in range(cfg.ppo_epochs):
         optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
         for k, sl in enumerate(rows):
-            ids, attn, target, adv, w = _tensors(batch, sl, pad, device)
-            logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
-            logp = torch.log_softmax(logits, -1).gather(-1, ids[:, 1:, None]).squeeze(-1) * target
-            old_logp = old[k] if cfg.ppo_epochs > 1 else logp.detach()
+            fwd = _forward(model, batch, sl, pad)
+            target = fwd.mask
+            logits = fwd.logits.float()
+            logp = fwd.logprobs()
+            adv, w = _row_tensors(batch, sl, target)
+            old_k = old[k]
+            old_logp = old_k if old_k is not None else logp.detach()
             weights = w[:, None].expand_as(logp)
             pg, pg_stats = policy_loss(
                 logp,
@@ -171,15 +176,3 @@ def update(
     if ref_model is None:
         stats.pop("kl", None)
     return stats
-
-
-def mean_logprobs(model: Any, prompts: Sequence[list[int]], responses: Sequence[list[int]], pad: int) -> list[float]:
-    """Mean token log-prob of each response given its prompt (no gradient; XRPO's novelty score s_i)."""
-    device = next(model.parameters()).device
-    out: list[float] = []
-    with torch.no_grad():
-        for sl in _chunks(len(prompts), 64):
-            ids, attn, target = batch_sequences(prompts[sl], responses[sl], pad, device)
-            lp = score(model, ids, attn, target, with_entropy=False).logp
-            out.extend((lp.sum(-1) / target.sum(-1).clamp(min=1)).tolist())
-    return out
