@@ -47,7 +47,7 @@ def main() -> None:
     ap.add_argument("--device", default="cpu")
     ap.add_argument(
         "--arms", nargs="+", default=["none", "eden", "xrpo", "grpo_again"],
-        choices=["none", "eden", "xrpo", "xrpo_2phases", "grpo_again"],
+        choices=["none", "eden", "xrpo", "xrpo_2phases", "xrpo_no_icl", "grpo_again"],
         help="arms in creation order (none = GRPO, the reference; it must be included)",
     )  # fmt: skip
     args = ap.parse_args()
@@ -74,6 +74,7 @@ def main() -> None:
         "xrpo": ("xrpo", xrpo),
     }
     arm_cfgs["xrpo_2phases"] = ("xrpo", dataclasses.replace(xrpo, n_phases=2))
+    arm_cfgs["xrpo_no_icl"] = ("xrpo", dataclasses.replace(xrpo, icl=False))
     arm_cfgs["grpo_again"] = ("none", xrpo)  # a second, identical GRPO arm: the measurement's noise floor
     for arm in args.arms:
         explorer, xcfg = arm_cfgs[arm]

@@ -180,9 +180,11 @@ def _left_padded(prompts: Sequence[Sequence[int]], width: int, pad: int) -> tupl
 
 def _prefix_cache(model: Any, prompts: Sequence[Sequence[int]], ids: torch.Tensor, mask: torch.Tensor) -> Any:
     """KV cache of `ids` (the prompts minus their last token) with one prefill per distinct prompt, gathered per
-    row; None when no prompt repeats or some prompt has a single token (its prefix would be all padding)."""
+    row. None (generate prefills every row itself) when prompts repeat less than twice on average, where the
+    extra forward call costs more than it saves, or when some prompt has a single token (its prefix would be all
+    padding)."""
     uniq, index = distinct(prompts)
-    if len(uniq) == len(prompts) or min(len(p) for p in uniq) < 2:
+    if len(prompts) < 2 * len(uniq) or min(len(p) for p in uniq) < 2:
         return None
     device = next(model.parameters()).device
     first = [index.index(k) for k in range(len(uniq))]

@@ -187,12 +187,15 @@ class XrpoDriver:
         planner = XrpoPlanner(self.cfg, n_prompts=len(prompts), step=step)
         out: list[Rollout] = []
         phase = 0
+        augmented: dict[int, list[int] | None] = {}  # the corpus does not change during collection
         while (alloc := planner.next_phase()) is not None:
             seeded = planner.all_failed() if self.cfg.icl else np.zeros(len(prompts), dtype=bool)
             use = [list(p) for p in prompts]
             icl = np.zeros(len(prompts), dtype=bool)
-            for g in np.flatnonzero(seeded & (alloc > 0)):  # retrieval only for prompts sampled in this phase
-                aug = self._icl_prompt(problems[int(g)])
+            for g in np.flatnonzero(seeded & (alloc > 0)).tolist():  # retrieval only for prompts sampled now
+                if g not in augmented:
+                    augmented[g] = self._icl_prompt(problems[g])
+                aug = augmented[g]
                 if aug is not None:
                     use[g], icl[g] = aug, True
             rows = [(g, use[g]) for g in range(len(prompts)) for _ in range(int(alloc[g]))]
@@ -205,6 +208,8 @@ class XrpoDriver:
             for r, reward in zip(new, rewards, strict=True):
                 r.reward, r.icl = reward, bool(icl[r.group])
                 per_prompt[r.group].append(reward)
+                if r.icl and self.cfg.icl_loss_prompt == "clean":
+                    r.prompt_ids = list(prompts[r.group])  # sampled with the prefix, learned without it
             planner.observe(per_prompt)
             out += new
             phase += 1

@@ -202,6 +202,28 @@ def test_xrpo_keeps_the_budget_and_seeds_all_fail_prompts_with_icl(arith):
     assert len(again.corpus) == 2
 
 
+def test_xrpo_clean_loss_prompt_keeps_the_samples_and_trains_on_the_plain_prompt(arith):
+    model, tok = arith
+    task = ArithmeticTask(digits=1)
+    problems = task.sample(np.random.default_rng(1), 3)
+    prompts = [encode_prompt(tok, p.prompt, raw=True) for p in problems]
+    runs = {}
+    for mode in ("augmented", "clean"):
+        xrpo = XrpoConfig(n0=2, icl_backend="tfidf", chunk_size=1, icl_loss_prompt=mode)
+        driver = XrpoDriver(xrpo, model, tok, task, _cfg(explorer="xrpo", xrpo=xrpo), None)
+        driver.corpus.add("1+1", "1+1=", "2")
+        driver.corpus.add("2+3", "2+3=", "5")
+        runs[mode] = driver.collect(2, problems, prompts, temperature=1.0, max_new_tokens=4, seed=9)
+    aug, clean = runs["augmented"], runs["clean"]
+    assert [r.response_ids for r in aug] == [r.response_ids for r in clean]  # sampled from the same prompts
+    assert [r.icl for r in aug] == [r.icl for r in clean] and sum(r.icl for r in clean) == 6
+    for a, c in zip(aug, clean, strict=True):
+        assert c.prompt_ids == prompts[c.group]
+        assert (len(a.prompt_ids) > len(c.prompt_ids)) == a.icl
+    with pytest.raises(ValueError, match="icl_loss_prompt must be 'augmented' or 'clean'"):
+        XrpoConfig(icl_loss_prompt="plain")  # type: ignore[arg-type]
+
+
 def test_eden_training_batch_scores_every_row_under_its_clean_prompt(tmp_path):
     from trainers.local import LocalTrainer
 

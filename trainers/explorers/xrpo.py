@@ -67,6 +67,9 @@ class XrpoConfig:
         icl_k: Examples per ICL prefix (2).
         icl_backend: Similarity backend of the corpus: auto, embedding, bm25, tfidf.
         icl_model_path: Local sentence-embedding model folder (optional).
+        icl_loss_prompt: Prompt the loss sees for ICL-seeded rollouts: ``augmented`` (the ICL-prefixed prompt
+            they were sampled from; ours) or ``clean`` (the plain prompt: the policy learns to produce the
+            demonstrated answer without the demonstrations, off-policy with respect to that prompt).
         sharpen: Apply novelty-guided sharpening to correct rollouts.
         lambda_n: Sharpening strength (2.5).
         kappa: Sharpening cap relative to A (0.5).
@@ -84,6 +87,7 @@ class XrpoConfig:
     icl_k: int = 2
     icl_backend: Literal["auto", "embedding", "bm25", "tfidf"] = "auto"
     icl_model_path: str | None = None
+    icl_loss_prompt: Literal["augmented", "clean"] = "augmented"
     sharpen: bool = True
     lambda_n: float = 2.5
     kappa: float = 0.5
@@ -98,6 +102,10 @@ class XrpoConfig:
             (0.0 < self.alpha < 1.0, f"alpha must be in (0, 1), got {self.alpha}"),
             (self.lam >= 0.0, f"lam must be >= 0, got {self.lam}"),
             (self.icl_k >= 1, f"icl_k must be >= 1, got {self.icl_k}"),
+            (
+                self.icl_loss_prompt in ("augmented", "clean"),
+                f"icl_loss_prompt must be 'augmented' or 'clean', got {self.icl_loss_prompt!r}",
+            ),
             (self.lambda_n >= 0.0 and self.kappa >= 0.0, "lambda_n and kappa must be >= 0"),
             (self.n_phases > 1 or self.n0 == self.group_size, "with n_phases=1 set n0 = group_size"),
         ]

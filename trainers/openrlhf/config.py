@@ -236,7 +236,13 @@ class BackendConfig:
         n = self.n_samples_per_prompt
         overrides: dict[str, Any] = {"group_size": n, "n0": min(4, n)}
         overrides.update(self.xrpo)
-        return XrpoConfig(**overrides)
+        cfg = XrpoConfig(**overrides)
+        if cfg.icl_loss_prompt != "augmented":
+            raise ValueError(
+                "--xrpo icl_loss_prompt=clean is implemented in the local trainer only (envkit-train local); on "
+                "OpenRLHF the ICL prefix is part of the generated sample's prompt. Drop the override."
+            )
+        return cfg
 
 
 def parse_overrides(pairs: list[str] | None, allowed: list[str] | None, what: str) -> dict[str, Any]:

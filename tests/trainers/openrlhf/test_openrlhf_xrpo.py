@@ -145,3 +145,12 @@ def test_variable_groups_and_sharpening_equal_trainer_core(strategy_factory):
         torch.testing.assert_close(adv[i][2:], torch.full((4,), float(want[i])), rtol=1e-5, atol=1e-6)
     assert float(got[0].info["envkit/xrpo_rollouts_max"][0]) == 5.0
     assert float(got[0].info["envkit/xrpo_rollouts_min"][0]) == 2.0
+
+
+def test_clean_icl_loss_prompt_is_refused_on_openrlhf_with_the_way_out():
+    from trainers.openrlhf.config import BackendConfig
+
+    cfg = BackendConfig(explorer="xrpo", n_samples_per_prompt=4, xrpo={"icl_loss_prompt": "clean"})
+    with pytest.raises(ValueError, match="local trainer only"):
+        cfg.xrpo_config()
+    assert BackendConfig(explorer="xrpo", n_samples_per_prompt=4).xrpo_config().icl_loss_prompt == "augmented"
