@@ -134,6 +134,10 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.env_kwargs must be a JSON object, got {self.env_kwargs!r}")
         if self.explorer != "none" and self.multi_turn:
             raise ValueError(f"TrainConfig: explorer {self.explorer!r} is single-turn only; set explorer='none'")
+        if self.agent.sero and not self.multi_turn:
+            raise ValueError(
+                f"TrainConfig: agent.sero needs a multi-turn envkit task with an oracle, got {self.task!r}"
+            )
 
     @property
     def multi_turn(self) -> bool:

@@ -14,12 +14,12 @@ single-turn estimator at episode level (``grpo``, ``rloo``, ...).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import numpy as np
 
-from envkit.core import env_success
+from envkit.core import Step, Trajectory, env_success, jsonable
 from envkit.registration import make
 from trainers.advantages import (
     StepTable,
@@ -30,6 +30,7 @@ from trainers.advantages import (
 )
 from trainers.generation import sample
 from trainers.prompts import decode, encode_prompt, encode_text
+from trainers.sero_options import SeroOptions
 from trainers.update import TrainBatch
 
 
@@ -48,6 +49,10 @@ class AgentConfig:
         invalid_penalty: Penalty of invalid actions.
         gamma_g: GraphGPO distance discount.
         system: Optional system message.
+        sero: SERO oracle continuations (`trainers.local_sero`; needs ``estimator="graphgpo"`` and an oracle
+            for the env in ``oracles.base.ORACLES``).
+        sero_opts: SERO settings (roots per group, reachability-weight floor / temperature / minimum, oracle
+            share cap).
     """
 
     estimator: Literal["gigpo", "graphgpo", "grpo", "grpo_mean", "rloo", "dr_grpo"] = "gigpo"
@@ -60,10 +65,17 @@ class AgentConfig:
     invalid_penalty: float = 0.1
     gamma_g: float = 0.10
     system: str | None = None
+    sero: bool = False
+    sero_opts: SeroOptions = field(default_factory=SeroOptions)
 
     def __post_init__(self) -> None:
         if self.max_turns < 1 or self.max_context_tokens < 8:
             raise ValueError("AgentConfig: max_turns must be >= 1 and max_context_tokens >= 8")
+        if self.sero and self.estimator != "graphgpo":
+            raise ValueError(
+                f"AgentConfig: SERO credits oracle continuations through the GraphGPO graph (METHODS section 4); "
+                f"set agent.estimator='graphgpo' (got {self.estimator!r}) or agent.sero=False"
+            )
 
 
 def turn_suffix_text(tokenizer: Any, observation: str, raw: bool) -> tuple[str, str]:
@@ -115,6 +127,33 @@ class Episode:
     success: bool = False
     context_truncated: bool = False
     action_truncated: int = 0
+    seed: int | None = None
+    initial_info: dict[str, Any] = field(default_factory=dict)
+    steps: list[Step] = field(default_factory=list)  # with snapshots, recorded for SERO
+    final_snapshot: Any = None
+
+    def action_start(self, t: int) -> int:
+        """Index in `context` of turn t's first action token (len(context) when turn t was never played)."""
+        after = next((i for i, k in enumerate(self.turn_of_token) if k == t), len(self.turn_of_token))
+        return len(self.prompt_ids) + after
+
+    def action_ids(self, t: int) -> list[int]:
+        """The token ids sampled as turn t's action."""
+        return [tok for tok, k in zip(self.context[len(self.prompt_ids) :], self.turn_of_token, strict=True) if k == t]
+
+    def trajectory(self, env_id: str) -> Trajectory:
+        """The episode as an `envkit.core.Trajectory` (needs ``record=True`` in `play`)."""
+        return Trajectory(
+            env_id=env_id,
+            task_id=str(self.seed),
+            seed=self.seed,
+            options={},
+            initial_observation=self.states[0],
+            initial_info=self.initial_info,
+            steps=tuple(self.steps),
+            success=self.success,
+            final_snapshot=self.final_snapshot,
+        )
 
 
 _ENV_CACHE: dict[str, list[Any]] = {}
@@ -138,21 +177,28 @@ def play(
     max_new_tokens: int,
     temperature: float,
     seed: int,
+    record: bool = False,
 ) -> list[Episode]:
-    """Play `group_size` episodes of each task seed, batching one `generate` call per turn over live episodes."""
+    """Play `group_size` episodes of each task seed, batching one `generate` call per turn over live episodes.
+
+    With `record`, each episode also keeps its `envkit.core.Step`s with a snapshot of the state before every
+    action and of its final state (SERO's roots).
+    """
     envs = _envs(env_id, len(seeds) * group_size)
     episodes = []
     for g, task_seed in enumerate(seeds):
         for k in range(group_size):
             env = envs[g * group_size + k]
-            obs, _ = env.reset(seed=int(task_seed))
+            obs, info0 = env.reset(seed=int(task_seed))
             ids = encode_prompt(tokenizer, str(obs), raw=False, system=cfg.system)
             if len(ids) + max_new_tokens > cfg.max_context_tokens:
                 raise ValueError(
                     f"the first prompt of {env_id} has {len(ids)} tokens: raise agent.max_context_tokens above "
                     f"{len(ids) + max_new_tokens}"
                 )
-            episodes.append(Episode(g, k, env, ids, list(ids), [], [], [str(obs)], [], [], []))
+            ep = Episode(g, k, env, ids, list(ids), [], [], [str(obs)], [], [], [])
+            ep.seed, ep.initial_info = int(task_seed), jsonable(info0) if record else {}
+            episodes.append(ep)
     for turn in range(cfg.max_turns):
         live = [e for e in episodes if not e.done]
         if not live:
@@ -167,24 +213,39 @@ def play(
             e.turn_of_token += [len(e.actions)] * len(act_ids)
             e.action_truncated += int(trunc)
             text = decode(tokenizer, act_ids).strip()
+            snap = _snapshot(e.env) if record else None
             obs, reward, terminated, truncated, info = e.env.step(text)
+            if record:
+                e.steps.append(
+                    Step(e.states[-1], text, float(reward), str(obs), bool(terminated), bool(truncated),
+                         jsonable(info), snap)
+                )  # fmt: skip
             e.actions.append(text)
             e.rewards.append(float(reward))
             e.invalid.append(bool(info.get("invalid", False)))
             e.success = env_success(info)
             if terminated or truncated or turn == cfg.max_turns - 1:
                 e.done = True
+                if record and not (terminated or truncated):
+                    e.final_snapshot = _snapshot(e.env)
                 continue
             more = continuation_ids(tokenizer, act_ids, str(obs), raw=False)
             if len(e.context) + len(more) + max_new_tokens > cfg.max_context_tokens:
                 # The next turn would not fit: stop here (the observation is not appended).
                 e.done, e.context_truncated = True, True
+                if record:
+                    e.final_snapshot = _snapshot(e.env)
                 continue
             e.context += more
             e.flags += [0] * len(more)
             e.turn_of_token += [-1] * len(more)
             e.states.append(str(obs))
     return episodes
+
+
+def _snapshot(env: Any) -> Any:
+    """The env's snapshot, or None when it has none (SERO then restores by verified replay)."""
+    return env.snapshot() if callable(getattr(env, "snapshot", None)) else None
 
 
 def step_table(episodes: list[Episode], cfg: AgentConfig) -> StepTable:
@@ -222,30 +283,18 @@ def collect_agent_batch(
         max_new_tokens=tcfg.max_new_tokens,
         temperature=tcfg.temperature,
         seed=seed,
+        record=cfg.sero,
     )
-    table = step_table(episodes, cfg)
-    if cfg.estimator == "gigpo":
-        row_adv = gigpo_advantages(
-            table,
-            gamma=cfg.gamma,
-            omega=cfg.omega,
-            episode_stats=cfg.episode_stats,
-            invalid_penalty=cfg.invalid_penalty,
-        ).advantages
-    elif cfg.estimator == "graphgpo":
-        row_adv = graphgpo_advantages(
-            table, gamma_g=cfg.gamma_g, episode_stats=cfg.episode_stats, invalid_penalty=cfg.invalid_penalty
-        ).advantages
+    sero = None
+    if cfg.sero:
+        from trainers.local_sero import sero_credit
+
+        sero = sero_credit(model, tokenizer, env_id, episodes, cfg)
+        per_episode = sero.turn_advantages
     else:
-        ep_adv = group_advantages([float(e.success) for e in episodes], [e.group for e in episodes], cfg.estimator)
-        row_adv = np.concatenate([np.full(len(e.actions), a) for e, a in zip(episodes, ep_adv, strict=True)])
+        per_episode = _turn_advantages(episodes, cfg)
     prompts, responses, advs, flags = [], [], [], []
-    i = 0
-    per_episode = []
-    for e in episodes:
-        turn_adv = row_adv[i : i + len(e.actions)]
-        i += len(e.actions)
-        per_episode.append(turn_adv)
+    for e, turn_adv in zip(episodes, per_episode, strict=True):
         prompts.append(e.prompt_ids)
         responses.append(e.context[len(e.prompt_ids) :])
         advs.append([float(turn_adv[t]) if t >= 0 else 0.0 for t in e.turn_of_token])
@@ -265,9 +314,41 @@ def collect_agent_batch(
         "truncated_share": float(sum(e.action_truncated for e in episodes) / max(1, n_act)),
         "context_tokens_max": int(max(len(e.context) for e in episodes)),
         "rollouts": len(episodes),
-        "rows_in_loss": len(episodes),
     }
+    if sero is not None:
+        metrics.update(sero.metrics)
+        for row in sero.rows:
+            prompts.append(row.prompt)
+            responses.append(row.response)
+            advs.append(row.advantages)
+            flags.append(row.flags)
+    metrics["rows_in_loss"] = len(prompts)
     batch = TrainBatch(
-        prompts=prompts, responses=responses, advantages=advs, loss_flags=flags, weights=[1.0] * len(episodes)
+        prompts=prompts, responses=responses, advantages=advs, loss_flags=flags, weights=[1.0] * len(prompts)
     )
     return batch, metrics
+
+
+def _turn_advantages(episodes: list[Episode], cfg: AgentConfig) -> list[np.ndarray]:
+    """Per episode, the advantage of each of its turns under `cfg.estimator` (no SERO)."""
+    table = step_table(episodes, cfg)
+    if cfg.estimator == "gigpo":
+        row_adv = gigpo_advantages(
+            table,
+            gamma=cfg.gamma,
+            omega=cfg.omega,
+            episode_stats=cfg.episode_stats,
+            invalid_penalty=cfg.invalid_penalty,
+        ).advantages
+    elif cfg.estimator == "graphgpo":
+        row_adv = graphgpo_advantages(
+            table, gamma_g=cfg.gamma_g, episode_stats=cfg.episode_stats, invalid_penalty=cfg.invalid_penalty
+        ).advantages
+    else:
+        ep_adv = group_advantages([float(e.success) for e in episodes], [e.group for e in episodes], cfg.estimator)
+        row_adv = np.concatenate([np.full(len(e.actions), a) for e, a in zip(episodes, ep_adv, strict=True)])
+    out, i = [], 0
+    for e in episodes:
+        out.append(np.asarray(row_adv[i : i + len(e.actions)]))
+        i += len(e.actions)
+    return out

@@ -19,6 +19,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainers.sero_options import SeroOptions
+
 #: Environment variable holding the JSON of the `BackendConfig` in every Ray worker.
 CONFIG_ENV = "ENVKIT_OPENRLHF_CONFIG"
 
@@ -68,35 +70,6 @@ class AdvantageOptions:
             raise ValueError(f"--adv gamma={self.gamma}: must be in [0, 1]")
         if not 0.0 < self.gamma_g <= 1.0:
             raise ValueError(f"--adv gamma_g={self.gamma_g}: must be in (0, 1]")
-
-
-@dataclass(frozen=True)
-class SeroOptions:
-    """Options of SERO's oracle continuations (METHODS section 4).
-
-    Attributes:
-        roots_per_group: At most this many roots (restored states) per task group.
-        p_floor: Per-step likelihood floor of the reachability weight.
-        tau_w: Temperature of the reachability weight.
-        w_min: Lower clip of the reachability weight.
-        max_oracle_share: Oracle rows are capped at this share of a rollout batch.
-        oracle_max_steps: Step budget of one oracle continuation.
-    """
-
-    roots_per_group: int = 2
-    p_floor: float = 0.05
-    tau_w: float = 1.0
-    w_min: float = 0.05
-    max_oracle_share: float = 0.25
-    oracle_max_steps: int = 30
-
-    def __post_init__(self) -> None:
-        if self.roots_per_group < 0:
-            raise ValueError(f"--sero-opt roots_per_group={self.roots_per_group}: must be >= 0")
-        if not 0.0 <= self.max_oracle_share <= 1.0:
-            raise ValueError(f"--sero-opt max_oracle_share={self.max_oracle_share}: must be in [0, 1]")
-        if self.oracle_max_steps < 1:
-            raise ValueError(f"--sero-opt oracle_max_steps={self.oracle_max_steps}: must be >= 1")
 
 
 @dataclass(frozen=True)
