@@ -10,8 +10,14 @@ Prints ONE JSON object, e.g. ``{"eden_vs_grpo": 1.02, "xrpo_vs_grpo": 1.04, ...}
 ``xrpo_2phases_vs_grpo`` is XRPO with ``n_phases=2`` (one generate call fewer per step than the default 3);
 ``grpo_again_vs_grpo`` is a second, identical GRPO arm: how far from 1.0 it lands is the noise of the measurement.
 
+The default workload (a ~1M-parameter model, 2-digit addition, 5-token answers) is CPU-sized; on it phased
+generation and ICL-prefixed prompts dominate XRPO's step (docs/training.md). ``--model`` / ``--task`` /
+``--max-new-tokens`` measure other workloads, e.g. on a GPU with a real model and realistic response lengths.
+
 Usage:
     python scripts/bench_explorers.py --steps 20
+    python scripts/bench_explorers.py --model smollm2 --task envkit/Math-v0 --device cuda --max-new-tokens 256 \
+        --prompts-per-step 32 --steps 10
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from trainers.explorers.eden import EdenConfig
 from trainers.explorers.xrpo import XrpoConfig
 from trainers.local import LocalTrainer, TrainConfig
 from trainers.models import ModelConfig, load_model
-from trainers.tasks import ArithmeticTask
+from trainers.tasks import make_task
 from trainers.warmup import sft_warmup
 
 
@@ -42,9 +48,13 @@ def main() -> None:
     ap.add_argument("--skip", type=int, default=2, help="untimed first steps per arm")
     ap.add_argument("--prompts-per-step", type=int, default=16)
     ap.add_argument("--group-size", type=int, default=8)
-    ap.add_argument("--warmup-steps", type=int, default=200)
+    ap.add_argument("--warmup-steps", type=int, default=200, help="supervised warm-up steps (arith tasks only)")
     ap.add_argument("--init-from", default=None, help="model folder to start from (skips the warm-up)")
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--model", default="tiny:arith", help="--model.path of the trainer (tiny:arith, smollm2, a folder)")
+    ap.add_argument("--task", default="arith", help="arith, arith:<digits> or a single-turn envkit id")
+    ap.add_argument("--env-kwargs", default="{}", help="JSON keyword arguments of an envkit task's env")
+    ap.add_argument("--max-new-tokens", type=int, default=5)
     ap.add_argument(
         "--arms", nargs="+", default=["none", "eden", "xrpo", "grpo_again"],
         choices=["none", "eden", "xrpo", "xrpo_2phases", "xrpo_no_icl", "grpo_again"],
@@ -53,11 +63,12 @@ def main() -> None:
     args = ap.parse_args()
     torch.set_num_threads(1)
     tmp = Path(tempfile.mkdtemp(prefix="bench_explorers_"))
-    model_cfg = ModelConfig(path="tiny:arith", device=args.device)
+    model_cfg = ModelConfig(path=args.model, device=args.device)
     init = args.init_from
-    if init is None:
+    if init is None and args.task.startswith("arith") and args.warmup_steps > 0:
         model, tok = load_model(model_cfg)
-        sft_warmup(model, tok, ArithmeticTask(2), steps=args.warmup_steps, batch=64, lr=3e-3, seed=0)
+        task = make_task(args.task)
+        sft_warmup(model, tok, task, steps=args.warmup_steps, batch=64, lr=3e-3, seed=0)
         init = str(tmp / "warmup")
         model.save_pretrained(init)
         tok.save_pretrained(init)
@@ -79,8 +90,9 @@ def main() -> None:
     for arm in args.arms:
         explorer, xcfg = arm_cfgs[arm]
         cfg = TrainConfig(
-            task="arith", model=model_cfg, run_dir=str(tmp / arm), steps=args.skip + args.steps, seed=0,
-            prompts_per_step=args.prompts_per_step, group_size=args.group_size, max_new_tokens=5, explorer=explorer,
+            task=args.task, env_kwargs=args.env_kwargs, model=model_cfg, run_dir=str(tmp / arm),
+            steps=args.skip + args.steps, seed=0, prompts_per_step=args.prompts_per_step, group_size=args.group_size,
+            max_new_tokens=args.max_new_tokens, explorer=explorer,
             eden=eden, xrpo=xcfg, init_from=init, tensorboard=False, plot=False, progress=False,
         )  # type: ignore[arg-type]  # fmt: skip
         t0 = time.perf_counter()
@@ -124,6 +136,9 @@ def main() -> None:
         "prompts_per_step": args.prompts_per_step,
         "group_size": args.group_size,
         "device": args.device,
+        "model": args.model,
+        "task": args.task,
+        "max_new_tokens": args.max_new_tokens,
         "torch_threads": torch.get_num_threads(),
     }
     print(json.dumps(out))

@@ -9,6 +9,8 @@
 #    prompt + anchor token; with rho = 0.12 the output is reported (it usually differs).
 # 2. one tiny training step per explorer (none, eden, xrpo) through 'envkit-train openrlhf' on envkit/Toy-v0
 #    (1 GPU, everything colocated, 4 prompts x 4 rollouts), then GiGPO + SERO with no explorer.
+# 3. scripts/bench_explorers.py with the local trainer on CUDA (Math-v0, 256-token responses): XRPO's step
+#    time relative to GRPO at a realistic length (reported in bench_explorers.json, not a pass/fail check).
 # Prints one JSON summary line at the end; exit code 0 only if every check passed.
 set -uo pipefail
 OUT="${1:-${OUT:-./gpu_smoke_out}}"
@@ -89,6 +91,14 @@ run_step none --explorer none --advantage grpo
 run_step eden --explorer eden --advantage grpo --eden-anchors "$ANCHORS"
 run_step xrpo --explorer xrpo --advantage grpo --xrpo n0=2 --xrpo icl_backend=tfidf
 run_step gigpo_sero --explorer none --advantage gigpo --sero
+
+# ---- 3. explorer step time on the GPU (local trainer, realistic response lengths; informative, not a check) ----
+LOCAL_STEPS="${LOCAL_STEPS:-6}"
+timeout "$STEP_TIMEOUT" python scripts/bench_explorers.py --model "$MODEL" --device cuda --task envkit/Math-v0 \
+  --env-kwargs '{"rg_tasks": ["products", "basic_arithmetic"]}' --max-new-tokens 256 --prompts-per-step 16 \
+  --group-size 8 --steps "$LOCAL_STEPS" --skip 1 --arms none xrpo xrpo_no_icl > "$OUT/bench_explorers.json" \
+  2> "$OUT/bench_explorers.log"
+echo "local bench_explorers rc=$?: $(head -c 300 "$OUT/bench_explorers.json")"
 
 all_ok=1
 [ "$emb_rc" = 0 ] && python -c "import json,sys; sys.exit(0 if json.load(open('$OUT/embeds.json'))['ok'] else 1)" || all_ok=0
