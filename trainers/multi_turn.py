@@ -31,6 +31,7 @@ from trainers.advantages import (
 from trainers.generation import sample
 from trainers.prompts import decode, encode_prompt, encode_text
 from trainers.sero_options import SeroOptions
+from trainers.turn_cache import TurnCache
 from trainers.update import TrainBatch
 
 
@@ -53,6 +54,8 @@ class AgentConfig:
             for the env in ``oracles.base.ORACLES``).
         sero_opts: SERO settings (roots per group, reachability-weight floor / temperature / minimum, oracle
             share cap).
+        reuse_kv_cache: Keep each live episode's KV cache between turns (`trainers.turn_cache`), so a turn
+            feeds only the new observation instead of prefilling the whole context again.
     """
 
     estimator: Literal["gigpo", "graphgpo", "grpo", "grpo_mean", "rloo", "dr_grpo"] = "gigpo"
@@ -67,6 +70,7 @@ class AgentConfig:
     system: str | None = None
     sero: bool = False
     sero_opts: SeroOptions = field(default_factory=SeroOptions)
+    reuse_kv_cache: bool = True
 
     def __post_init__(self) -> None:
         if self.max_turns < 1 or self.max_context_tokens < 8:
@@ -199,14 +203,20 @@ def play(
             ep = Episode(g, k, env, ids, list(ids), [], [], [str(obs)], [], [], [])
             ep.seed, ep.initial_info = int(task_seed), jsonable(info0) if record else {}
             episodes.append(ep)
+    cache = TurnCache(model, tokenizer) if cfg.reuse_kv_cache else None
+    cached: list[Episode] = []  # the cache's rows
     for turn in range(cfg.max_turns):
         live = [e for e in episodes if not e.done]
         if not live:
             break
-        out = sample(
-            model, tokenizer, [e.context for e in live], [temperature] * len(live), max_new_tokens=max_new_tokens,
-            seed=seed * 131 + turn,
-        )  # fmt: skip
+        contexts, temps = [e.context for e in live], [temperature] * len(live)
+        if cache is not None:
+            if cached:
+                cache.keep([next(k for k, c in enumerate(cached) if c is e) for e in live])
+            cached = live
+            out = cache.sample(contexts, temps, max_new_tokens=max_new_tokens, seed=seed * 131 + turn)
+        else:
+            out = sample(model, tokenizer, contexts, temps, max_new_tokens=max_new_tokens, seed=seed * 131 + turn)
         for e, act_ids, trunc in zip(live, out.tokens, out.truncated, strict=True):
             e.context += act_ids
             e.flags += [1] * len(act_ids)
