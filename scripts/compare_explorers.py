@@ -121,8 +121,9 @@ def plot_arms(runs: dict[str, list[dict[str, Any]]], png: Path, window: int = 10
             for c in curves:
                 ax.plot(range(1, n + 1), c[:n], color=colours[arm], alpha=0.2, linewidth=0.8)
             mean = np.mean([c[:n] for c in curves], axis=0)
-            smooth = np.convolve(mean, np.ones(window) / window, mode="valid")
-            ax.plot(range(window, n + 1), smooth, color=colours[arm], linewidth=2.2,
+            w = max(1, min(window, n))  # a run shorter than the window is smoothed over its own length
+            smooth = np.convolve(mean, np.ones(w) / w, mode="valid")
+            ax.plot(range(w, n + 1), smooth, color=colours[arm], linewidth=2.2,
                     label=f"{names[arm]} (mean of {len(curves)} seeds)")  # fmt: skip
         ax.set_title(key)
         ax.set_xlabel("step")
