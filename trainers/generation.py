@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
-from trainers.shared_prefix import distinct
+from trainers.shared_prefix import distinct, left_padded
 
 
 class RowTemperature(LogitsProcessor):
@@ -116,22 +116,10 @@ def sample(
     eos = tokenizer.eos_token_id
     use_embeds = extra_rows is not None and any(r is not None for r in extra_rows)
     width = max(len(p) for p in prompts)
-    ids, mask = _left_padded(prompts, width, pad)
-    gen = GenerationConfig(
-        do_sample=True,
-        max_new_tokens=max_new_tokens,
-        temperature=1.0,
-        top_k=0,
-        top_p=1.0,
-        pad_token_id=pad,
-        eos_token_id=[eos, *stop_ids],
-    )
-    temps = torch.tensor(list(temperatures), dtype=torch.float32, device=device)
-    recorder = LogprobRecorder() if return_logprobs else None
-    procs = LogitsProcessorList([RowTemperature(temps), *([recorder] if recorder else [])])
+    ids, mask = left_padded(prompts, width, pad)
+    kw, recorder = sampling_setup(tokenizer, temperatures, max_new_tokens, stop_ids, return_logprobs, device)
     # Every row's first width-1 columns are its prompt minus the last token, left-padded: shared by a group.
     cache = _prefix_cache(model, prompts, ids[:, :-1], mask[:, :-1]) if shared_prefix else None
-    kw: dict[str, Any] = {"generation_config": gen, "logits_processor": procs}
     if cache is not None:
         kw["past_key_values"] = cache
     if use_embeds:
@@ -154,7 +142,37 @@ def sample(
     else:
         out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kw)
         new = out[:, width:]
-    stops = {eos, *stop_ids}
+    return collect_samples(new, {eos, *stop_ids}, recorder)
+
+
+def sampling_setup(
+    tokenizer: Any,
+    temperatures: Sequence[float],
+    max_new_tokens: int,
+    stop_ids: Sequence[int],
+    return_logprobs: bool,
+    device: Any,
+    return_dict: bool = False,
+) -> tuple[dict[str, Any], LogprobRecorder | None]:
+    """`generate` keyword arguments for plain sampling with per-row temperatures (and the log-prob recorder)."""
+    gen = GenerationConfig(
+        do_sample=True,
+        max_new_tokens=max_new_tokens,
+        temperature=1.0,
+        top_k=0,
+        top_p=1.0,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=[tokenizer.eos_token_id, *stop_ids],
+        return_dict_in_generate=return_dict,
+    )
+    temps = torch.tensor(list(temperatures), dtype=torch.float32, device=device)
+    recorder = LogprobRecorder() if return_logprobs else None
+    procs = LogitsProcessorList([RowTemperature(temps), *([recorder] if recorder else [])])
+    return {"generation_config": gen, "logits_processor": procs}, recorder
+
+
+def collect_samples(new: torch.Tensor, stops: set[int], recorder: LogprobRecorder | None) -> Samples:
+    """Cut each generated row [B, T] after its first stop token; add the recorded log-probs."""
     tokens, truncated = [], []
     for row in new.tolist():
         cut = next((j for j, t in enumerate(row) if t in stops), None)
@@ -165,17 +183,6 @@ def sample(
         lp = recorder.finish(new[:, -1]).tolist()
         logprobs = [row[: len(t)] for row, t in zip(lp, tokens, strict=True)]
     return Samples(tokens=tokens, truncated=truncated, logprobs=logprobs)
-
-
-def _left_padded(prompts: Sequence[Sequence[int]], width: int, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """Left-padded ids [B, width] and attention mask [B, width] (on the CPU)."""
-    ids = torch.full((len(prompts), width), pad, dtype=torch.long)
-    mask = torch.zeros((len(prompts), width), dtype=torch.long)
-    for i, p in enumerate(prompts):
-        if p:
-            ids[i, width - len(p) :] = torch.tensor(list(p))
-            mask[i, width - len(p) :] = 1
-    return ids, mask
 
 
 def _prefix_cache(model: Any, prompts: Sequence[Sequence[int]], ids: torch.Tensor, mask: torch.Tensor) -> Any:

@@ -53,6 +53,17 @@ class ResponseLogits:
         return logp * self.mask
 
 
+def left_padded(rows: Sequence[Sequence[int]], width: int, pad: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Ids [B, width] with each row right-aligned after `pad`s, and its attention mask (CPU tensors)."""
+    ids = torch.full((len(rows), width), pad, dtype=torch.long)
+    mask = torch.zeros((len(rows), width), dtype=torch.long)
+    for i, r in enumerate(rows):
+        if r:
+            ids[i, width - len(r) :] = torch.tensor(list(r))
+            mask[i, width - len(r) :] = 1
+    return ids, mask
+
+
 def distinct(prompts: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], list[int]]:
     """The distinct prompts (first-seen order) and, per row, the index of its prompt among them."""
     keys: dict[tuple[int, ...], int] = {}
@@ -87,12 +98,7 @@ def response_logits(
     uniq, index = distinct(prompts)
     if any(len(p) == 0 for p in uniq):
         raise ValueError("response_logits needs non-empty prompts (the first response token is predicted from them)")
-    width = max(len(p) for p in uniq)
-    p_ids = torch.full((len(uniq), width), pad, dtype=torch.long)
-    p_mask = torch.zeros((len(uniq), width), dtype=torch.long)
-    for k, p in enumerate(uniq):
-        p_ids[k, width - len(p) :] = torch.tensor(p)
-        p_mask[k, width - len(p) :] = 1
+    p_ids, p_mask = left_padded(uniq, max(len(p) for p in uniq), pad)
     p_ids, p_mask = p_ids.to(device), p_mask.to(device)
     p_pos = (p_mask.cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=p_pos, use_cache=True, logits_to_keep=1)

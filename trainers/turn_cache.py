@@ -31,9 +31,9 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from transformers import GenerationConfig, LogitsProcessorList
 
-from trainers.generation import LogprobRecorder, RowTemperature, Samples
+from trainers.generation import Samples, collect_samples, sampling_setup
+from trainers.shared_prefix import left_padded
 
 
 class TurnCache:
@@ -99,35 +99,21 @@ class TurnCache:
             raise ValueError("every row needs at least one new token since the last call (e.g. the observation)")
         if seed is not None:
             torch.manual_seed(seed)
-        pad, eos = self.tok.pad_token_id, self.tok.eos_token_id
-        width = max(len(p) for p in pending)
-        block = torch.full((len(pending), width), pad, dtype=torch.long)
-        block_mask = torch.zeros((len(pending), width), dtype=torch.long)
-        for i, p in enumerate(pending):
-            block[i, width - len(p) :] = torch.tensor(p)
-            block_mask[i, width - len(p) :] = 1
+        pad = self.tok.pad_token_id
+        block, block_mask = left_padded(pending, max(len(p) for p in pending), pad)
         block, block_mask = block.to(self.device), block_mask.to(self.device)
         cached = 0 if self.mask is None else self.mask.shape[1]
         ids = torch.cat([torch.full((len(pending), cached), pad, dtype=torch.long, device=self.device), block], 1)
         mask = block_mask if self.mask is None else torch.cat([self.mask, block_mask], 1)
-        gen = GenerationConfig(
-            do_sample=True, max_new_tokens=max_new_tokens, temperature=1.0, top_k=0, top_p=1.0, pad_token_id=pad,
-            eos_token_id=[eos, *stop_ids], return_dict_in_generate=True,
-        )  # fmt: skip
-        temps = torch.tensor(list(temperatures), dtype=torch.float32, device=self.device)
-        recorder = LogprobRecorder() if return_logprobs else None
-        procs = LogitsProcessorList([RowTemperature(temps), *([recorder] if recorder else [])])
-        kw: dict[str, Any] = {"generation_config": gen, "logits_processor": procs}
+        kw, recorder = sampling_setup(
+            self.tok, temperatures, max_new_tokens, stop_ids, return_logprobs, self.device, return_dict=True
+        )
         if self.cache is not None:
             kw["past_key_values"] = self.cache
         out = self.model.generate(input_ids=ids, attention_mask=mask, **kw)
         new = out.sequences[:, ids.shape[1] :]
-        stops = {eos, *stop_ids}
-        tokens, truncated = [], []
-        for row in new.tolist():
-            cut = next((j for j, t in enumerate(row) if t in stops), None)
-            tokens.append(row if cut is None else row[: cut + 1])
-            truncated.append(cut is None)
+        samples = collect_samples(new, {self.tok.eos_token_id, *stop_ids}, recorder)
+        tokens = samples.tokens
         # The returned cache holds every input position and the first n_gen - 1 generated ones.
         n_gen = new.shape[1]
         gen_mask = torch.zeros((len(pending), max(n_gen - 1, 0)), dtype=torch.long, device=self.device)
@@ -139,8 +125,4 @@ class TurnCache:
             self.seen[i] = len(c) + len(t)
             self.held[i] = t[n_gen - 1 :] if len(t) == n_gen else []
             self.last[i] = list(t)
-        logprobs = None
-        if recorder is not None:
-            lp = recorder.finish(new[:, -1]).tolist()
-            logprobs = [row[: len(t)] for row, t in zip(lp, tokens, strict=True)]
-        return Samples(tokens=tokens, truncated=truncated, logprobs=logprobs)
+        return samples
