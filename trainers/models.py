@@ -40,7 +40,8 @@ class ModelConfig:
         hidden_size: Tiny models: width.
         layers: Tiny models: number of decoder layers.
         heads: Tiny models: attention heads (2 key/value heads when divisible).
-        max_positions: Tiny models: maximum sequence length.
+        max_positions: Tiny models: `max_position_embeddings` of the config (RoPE has no hard limit; transformers
+            warns past it). Multi-turn contexts of the byte-level model run to thousands of tokens.
         init_seed: Tiny models: seed of the random initialisation.
     """
 
@@ -50,7 +51,7 @@ class ModelConfig:
     hidden_size: int = 128
     layers: int = 4
     heads: int = 4
-    max_positions: int = 512
+    max_positions: int = 8192
     init_seed: int = 0
 
     def __post_init__(self) -> None:
