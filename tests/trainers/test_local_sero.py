@@ -148,3 +148,20 @@ def test_envkit_train_local_with_sero_runs_and_logs_the_sero_metrics(tmp_path):
     (rec,) = read_metrics(run / "metrics.jsonl")
     assert rec["sero_tried"] <= 2  # one root per group
     assert {"sero_tried", "sero_restored", "sero_succeeded", "sero_rows", "sero_weight_mean"} <= set(rec)
+
+
+@pytest.mark.slow  # ~20 s: 8 ALFWorld episodes of 30 turns, then oracle continuations in the real engine
+def test_sero_on_alfworld_restores_natively_and_the_oracle_finishes(tmp_path, alfworld_data):
+    pytest.importorskip("alfworld")
+    cfg = TrainConfig(
+        task="envkit/ALFWorld-v0", model=TINY, run_dir=str(tmp_path), steps=1, prompts_per_step=2, group_size=4,
+        max_new_tokens=20, tensorboard=False, plot=False, progress=False,
+        agent=AgentConfig(max_turns=30, max_context_tokens=12000, estimator="graphgpo", sero=True),
+    )  # fmt: skip
+    trainer = LocalTrainer(cfg)
+    trainer.model.eval()
+    batch, m = collect_agent_batch(trainer.model, trainer.tok, cfg.task, cfg, seed=1)
+    assert m["success_rate"] == 0.0 and m["sero_tried"] >= 1
+    assert m["sero_native"] == m["sero_restored"] == m["sero_tried"] and m["sero_diverged"] == 0
+    assert m["sero_rows"] >= 1 and len(batch) == 8 + m["sero_rows"]
+    assert m["zero_adv_fraction"] < 1.0
