@@ -137,15 +137,19 @@ def _oracle_row(tokenizer: Any, e: Episode, outcome: Any, advantages: list[float
     return OracleRow(e.group, list(e.prompt_ids), response, advs, flags, spans)
 
 
-def _weigh(model: Any, tokenizer: Any, rows: list[OracleRow], p_floor: float, tau_w: float, w_min: float) -> None:
-    """Reachability weights of every oracle row from one no-grad forward; multiplies them into the advantages."""
-    if not rows:
-        return
+def _weigh(
+    model: Any, tokenizer: Any, rows: list[OracleRow], p_floor: float, tau_w: float, w_min: float, chunk: int = 4
+) -> None:
+    """Reachability weights of every oracle row from no-grad forwards (`chunk` rows at a time: long agent rows
+    times a real vocabulary make large logits); multiplies them into the advantages."""
+    logps: list[Any] = []
     with torch.no_grad():
-        lp = response_logits(model, [r.prompt for r in rows], [r.response for r in rows], tokenizer.pad_token_id)
-        logp = lp.logprobs().float().cpu().numpy()
-    for i, r in enumerate(rows):
-        loglik = [float(logp[i, s:e].mean()) for s, e in r.spans]
+        for k in range(0, len(rows), chunk):
+            part = rows[k : k + chunk]
+            out = response_logits(model, [r.prompt for r in part], [r.response for r in part], tokenizer.pad_token_id)
+            logps.extend(out.logprobs().float().cpu().numpy())
+    for r, logp in zip(rows, logps, strict=True):
+        loglik = [float(logp[s:e].mean()) for s, e in r.spans]
         r.weights = [float(w) for w in reachability_weights(loglik, p_floor, tau_w, w_min)]
         for (s, e), w in zip(r.spans, r.weights, strict=True):
             r.advantages[s:e] = [a * w for a in r.advantages[s:e]]
