@@ -54,7 +54,9 @@ class LossConfig:
         kl_estimator: ``k1``, ``k2`` or ``k3``.
         entropy_coef: alpha of the entropy bonus.
         ppo_epochs: Passes over each batch (1: on-policy, ratio = 1).
-        micro_batch: Rows per forward/backward pass (memory knob; results do not depend on it).
+        micro_batch: Rows per forward/backward pass at most (memory knob; results do not depend on it).
+        micro_batch_tokens: Padded tokens (rows x longest row) per forward/backward pass at most; a longer row
+            gets a pass of its own. Bounds the [rows, tokens, vocab] logits of long multi-turn rows.
         max_grad_norm: Gradient clipping (0: off).
     """
 
@@ -66,6 +68,7 @@ class LossConfig:
     entropy_coef: float = 0.0
     ppo_epochs: int = 1
     micro_batch: int = 64
+    micro_batch_tokens: int = 16384
     max_grad_norm: float = 1.0
 
     def __post_init__(self) -> None:
@@ -73,22 +76,35 @@ class LossConfig:
             raise ValueError(f"LossConfig.agg must be token_mean, seq_mean or token_sum_norm, got {self.agg!r}")
         if self.kl_estimator not in ("k1", "k2", "k3"):
             raise ValueError(f"LossConfig.kl_estimator must be k1, k2 or k3, got {self.kl_estimator!r}")
-        if self.ppo_epochs < 1 or self.micro_batch < 1:
-            raise ValueError("LossConfig.ppo_epochs and micro_batch must be >= 1")
+        if self.ppo_epochs < 1 or self.micro_batch < 1 or self.micro_batch_tokens < 1:
+            raise ValueError("LossConfig.ppo_epochs, micro_batch and micro_batch_tokens must be >= 1")
 
 
-def _micro_batches(batch: TrainBatch, size: int) -> list[list[int]]:
+def _micro_batches(batch: TrainBatch, size: int, max_tokens: int) -> list[list[int]]:
     """Micro-batches that keep a prompt's rows together and put rows of similar length side by side.
 
-    Rows are sorted by (prompt length, prompt, response length) and chunked: each micro-batch computes its
-    distinct prompts once (`trainers.shared_prefix`), and padding stays small (XRPO's ICL-prefixed prompts are
-    several times longer than plain ones). The whole-batch loss does not depend on how rows are grouped (each
-    micro-batch is scaled by its share), so the grouping changes nothing else.
+    Rows are sorted by (prompt length, prompt, response length) and chunked into at most `size` rows and
+    `max_tokens` padded tokens: each micro-batch computes its distinct prompts once (`trainers.shared_prefix`),
+    and padding stays small (XRPO's ICL-prefixed prompts are several times longer than plain ones). The
+    whole-batch loss does not depend on how rows are grouped (each micro-batch is scaled by its share), so the
+    grouping changes nothing else.
     """
     order = sorted(
         range(len(batch)), key=lambda i: (len(batch.prompts[i]), batch.prompts[i], len(batch.responses[i]), i)
     )
-    return [order[i : i + size] for i in range(0, len(order), size)]
+    out: list[list[int]] = []
+    cur: list[int] = []
+    longest = 0
+    for i in order:
+        n = len(batch.prompts[i]) + len(batch.responses[i])
+        if cur and (len(cur) == size or max(longest, n) * (len(cur) + 1) > max_tokens):
+            out.append(cur)
+            cur, longest = [], 0
+        cur.append(i)
+        longest = max(longest, n)
+    if cur:
+        out.append(cur)
+    return out
 
 
 def _forward(model: Any, batch: TrainBatch, rows: list[int], pad: int) -> ResponseLogits:
@@ -116,7 +132,7 @@ def update(
     model: Any, optimizer: Any, batch: TrainBatch, cfg: LossConfig, pad: int, ref_model: Any | None = None
 ) -> dict[str, float]:
     """Run `cfg.ppo_epochs` optimizer steps on `batch`; returns loss statistics (means over the batch)."""
-    rows = _micro_batches(batch, cfg.micro_batch)
+    rows = _micro_batches(batch, cfg.micro_batch, cfg.micro_batch_tokens)
     # Denominator of the whole-batch aggregation, so micro-batches add up to the full-batch loss.
     n_tokens = max(1.0, float(sum(sum(f) for f in batch.loss_flags)))
     n_rows = max(1, len(batch))

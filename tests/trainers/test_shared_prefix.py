@@ -132,12 +132,29 @@ def test_update_does_not_depend_on_micro_batching_across_groups(arith):
     )
     start = {k: v.clone() for k, v in model.state_dict().items()}
     after = []
-    for mb in (1, 3, 64):
+    for mb, tokens in ((1, 16384), (3, 16384), (64, 16384), (64, 25)):
         model.load_state_dict(start)
         opt = torch.optim.SGD(model.parameters(), lr=0.5)
-        update(model, opt, batch, LossConfig(micro_batch=mb, max_grad_norm=0.0), tok.pad_token_id)
+        cfg = LossConfig(micro_batch=mb, micro_batch_tokens=tokens, max_grad_norm=0.0)
+        update(model, opt, batch, cfg, tok.pad_token_id)
         after.append({k: v.clone() for k, v in model.state_dict().items()})
     assert any(not torch.equal(start[k], after[0][k]) for k in start)
     for other in after[1:]:
         for k in start:
             assert torch.allclose(after[0][k], other[k], atol=1e-5), k
+
+
+def test_micro_batches_respect_the_row_and_token_caps():
+    from trainers.update import _micro_batches
+
+    p, q = [1, 2, 3], [4, 5, 6, 7, 8, 9]  # prompt lengths 3 and 6
+    batch = TrainBatch(
+        prompts=[q, p, p, q, p], responses=[[1], [1, 2], [1], [1, 2, 3], [1, 2, 3, 4, 5, 6, 7]],
+        advantages=[[]] * 5, loss_flags=[[]] * 5, weights=[1.0] * 5,
+    )  # fmt: skip
+    # sorted by (prompt length, prompt, response length): rows 2 (4 tokens), 1 (5), 4 (10), 0 (7), 3 (9)
+    assert _micro_batches(batch, 64, 10_000) == [[2, 1, 4, 0, 3]]
+    assert _micro_batches(batch, 2, 10_000) == [[2, 1], [4, 0], [3]]
+    # at most 20 padded tokens: [2, 1] is 2 x 5; adding row 4 would make 3 x 10 = 30
+    assert _micro_batches(batch, 64, 20) == [[2, 1], [4, 0], [3]]
+    assert _micro_batches(batch, 64, 5) == [[2], [1], [4], [0], [3]]  # a row longer than the cap goes alone
