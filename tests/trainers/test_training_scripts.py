@@ -1,4 +1,4 @@
-"""The explorer scripts: compare_explorers' plot on short and long runs, and a one-step bench_explorers run."""
+"""The training scripts: compare_explorers' plot, a one-step bench_explorers run, a short compare_sero run."""
 
 from __future__ import annotations
 
@@ -46,3 +46,16 @@ def test_bench_explorers_prints_one_json_object_with_the_ratios():
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["xrpo_vs_grpo"] > 0 and out["rollouts_per_step"] == {"grpo": [16], "xrpo": [16]}
+
+
+@pytest.mark.slow
+def test_compare_sero_writes_both_arms_curves_and_the_plot(tmp_path):
+    cmd = [sys.executable, str(REPO / "scripts" / "compare_sero.py"), "--out", str(tmp_path), "--steps", "2"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads((tmp_path / "compare_sero.json").read_text())
+    assert set(result["curves"]) == {"GraphGPO", "GraphGPO + SERO"}
+    assert all(len(c) == 2 for c in result["curves"].values())
+    assert result["curves"]["GraphGPO"][0]["success_rate"] == 0.0  # a random model: all-fail groups
+    assert sum(r["sero_rows"] for r in result["curves"]["GraphGPO + SERO"]) >= 1
+    assert (tmp_path / "compare_sero.png").stat().st_size > 10_000
