@@ -1,6 +1,8 @@
 """The code sandbox server: a warm fork server that runs untrusted Python as unprivileged, isolated processes.
 
-Run by `envs.code.sandbox.Sandbox` as ``python -I forkserver.py --slots N ...`` (stdlib only). At start, once:
+Run by `envs.code.sandbox.Sandbox` as ``python -I forkserver.py --slots N ...`` (stdlib only; it loads its two
+siblings by path: `isolation.py`, the namespaces and mounts, and `check_process.py`, what runs in a forked
+check). At start, once:
 
 1. (as root) it enters a new network namespace (only a down loopback: no network at all, not even localhost)
    and a new mount namespace in which every mount is remounted read-only and a small tmpfs is mounted on the
@@ -23,15 +25,14 @@ Protocol (both ways): 4-byte big-endian length + UTF-8 JSON. The first message f
 from __future__ import annotations
 
 import argparse
-import builtins
 import contextlib
 import ctypes
 import errno
 import gc
 import importlib
+import importlib.util
 import json
 import os
-import resource
 import secrets
 import selectors
 import shutil
@@ -39,267 +40,29 @@ import signal
 import struct
 import sys
 import time
-import traceback
 from typing import Any
 
-CLONE_NEWNS = 0x00020000
-CLONE_NEWNET = 0x40000000
-CLONE_NEWIPC = 0x08000000
-IPC_RMID = 0
-#: Per-namespace SysV IPC limits: at most 64 MiB per shm segment, 256 MiB in all, few queues.
-IPC_LIMITS = {"shmmax": 64 << 20, "shmall": (256 << 20) // 4096, "shmmni": 64, "msgmni": 16, "msgmnb": 16384}
-MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
-PR_SET_PDEATHSIG, PR_SET_NO_NEW_PRIVS, PR_SET_CHILD_SUBREAPER = 1, 38, 36
-_MOUNT_FLAGS = {
-    "nosuid": MS_NOSUID,
-    "nodev": MS_NODEV,
-    "noexec": MS_NOEXEC,
-    "noatime": MS_NOATIME,
-    "nodiratime": MS_NODIRATIME,
-    "relatime": MS_RELATIME,
-}
-RESULT_FD = 3
+PR_SET_CHILD_SUBREAPER = 36
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
 
-def _check(ret: int, what: str) -> None:
-    if ret != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, f"{what}: {os.strerror(err)}")
+def _load(name: str) -> Any:
+    """A stdlib-only sibling module, loaded by path: this directory is not on ``sys.path`` (``python -I``) and
+    must not be, or checks could import this package's modules."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(f"_envkit_sandbox_{name}", path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load the sandbox module {name!r} from {path}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
-    enc = [None if x is None else x.encode() for x in (src, target, fstype, data)]
-    _check(_libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {target}")
-
-
-def isolate(work_root: str, tmpfs_mb: int) -> dict[str, Any]:
-    """Enter new network + mount namespaces, make every mount read-only, mount a tmpfs on `work_root`."""
-    root = os.geteuid() == 0
-    report: dict[str, Any] = {"root": root, "netns": False, "readonly_fs": False, "uid_drop": root, "ipcns": False}
-    if not root:
-        report["why"] = "not root: cannot create namespaces or switch to unprivileged uids"
-        return report
-    try:
-        _check(_libc.unshare(CLONE_NEWNET | CLONE_NEWNS), "unshare(CLONE_NEWNET|CLONE_NEWNS)")
-    except OSError as exc:
-        report["why"] = str(exc)
-        return report
-    report["netns"] = True
-    try:  # a private SysV IPC namespace with small limits (segments outlive processes: removed after checks)
-        _check(_libc.unshare(CLONE_NEWIPC), "unshare(CLONE_NEWIPC)")
-        for name, value in IPC_LIMITS.items():
-            with open(f"/proc/sys/kernel/{name}", "w") as f:
-                f.write(str(value))
-        report["ipcns"] = True
-    except OSError as exc:
-        report["ipc_why"] = str(exc)
-    _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
-    failed = []
-    with open("/proc/self/mountinfo") as f:
-        lines = f.read().splitlines()
-    for line in lines:
-        fields = line.split()
-        target = fields[4].encode().decode("unicode_escape")
-        opts = fields[5].split(",")
-        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
-        for o in opts:
-            flags |= _MOUNT_FLAGS.get(o, 0)
-        try:
-            _mount(None, target, None, flags, None)
-        except OSError as exc:
-            failed.append(f"{target}: {exc.strerror}")
-    os.makedirs(work_root, exist_ok=True)
-    _mount("tmpfs", work_root, "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=0711")
-    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path}
-    report["exposed"] = _expose(sorted(p for p in paths if p and os.path.isabs(p) and os.path.exists(p)), work_root)
-    probe = os.path.join("/", ".envkit_ro_probe")
-    try:
-        with open(probe, "w"):
-            pass
-        os.unlink(probe)
-        report["why"] = "remounting / read-only failed: " + "; ".join(failed[:5])
-    except OSError:
-        report["readonly_fs"] = True
-    report["ro_failures"] = failed[:10]
-    return report
-
-
-def remove_ipc_objects() -> int:
-    """Remove every SysV shared memory segment, message queue and semaphore set of this IPC namespace."""
-    removed = 0
-    for kind, ctl in (("shm", _libc.shmctl), ("msg", _libc.msgctl), ("sem", _libc.semctl)):
-        try:
-            with open(f"/proc/sysvipc/{kind}") as f:
-                rows = f.read().splitlines()[1:]
-        except OSError:
-            continue
-        for row in rows:
-            ipc_id = int(row.split()[1])
-            ok = ctl(ipc_id, 0, IPC_RMID) == 0 if kind == "sem" else ctl(ipc_id, IPC_RMID, None) == 0
-            removed += ok
-    return removed
-
-
-def _expose(paths: list[str], work_root: str) -> list[str]:
-    """Let unprivileged checks reach the Python installation when it sits under a private directory.
-
-    Python is often installed under ``/root`` (mode 0700, e.g. pyenv), which the checks' uids cannot traverse.
-    For each such directory D on the way to a needed path (in this mount namespace only): keep the original D
-    at a root-only place, mount a read-only tmpfs (mode 0711) on D, and bind back only the needed child of D.
-    Nothing else of D becomes visible.
-    """
-    hidden = os.path.join(work_root, ".orig")
-    os.makedirs(hidden, mode=0o700, exist_ok=True)
-    covered: dict[str, str] = {}
-    done: list[str] = []
-    for path in paths:
-        parts = path.rstrip("/").split("/")
-        for i in range(1, len(parts)):
-            d = "/".join(parts[:i]) or "/"
-            if d not in covered and os.stat(d).st_mode & 0o001:
-                continue
-            if d not in covered:
-                keep = os.path.join(hidden, str(len(covered)))
-                os.mkdir(keep, 0o700)
-                _mount(d, keep, None, MS_BIND | MS_REC, None)
-                _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0711")
-                covered[d] = keep
-            child = parts[i]
-            target, src = os.path.join(d, child), os.path.join(covered[d], child)
-            if os.path.exists(target) or not os.path.exists(src):
-                continue
-            _mount(d, d, None, MS_REMOUNT | MS_NOSUID | MS_NODEV, "mode=0711")  # writable again while adding
-            if os.path.isdir(src):
-                os.mkdir(target, 0o755)
-            else:
-                open(target, "w").close()
-            _mount(src, target, None, MS_BIND | MS_REC, None)
-            _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
-            _mount(None, d, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "mode=0711")
-            done.append(target)
-    return done
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The child: runs one check. Everything below runs after fork(), in the check's process.
-# ----------------------------------------------------------------------------------------------------------
-def _emit(line: str) -> None:
-    data = (line.replace("\n", " ")[:2000] + "\n").encode("utf-8", "replace")
-    with contextlib.suppress(OSError):
-        os.write(RESULT_FD, data)
-
-
-# The harness's own references, taken before any check runs (a program that rebinds ``builtins.exec`` or
-# ``builtins.compile`` does not change what the harness calls).
-_EXEC, _COMPILE = builtins.exec, builtins.compile
-
-
-def _run_check(req: dict[str, Any], nonce: str) -> None:
-    ns: dict[str, Any] = {"__name__": "__solution__", "__builtins__": builtins}
-    units: list[list[Any]] = req.get("units", [])
-    try:
-        _EXEC(_COMPILE(req["program"], "solution.py", "exec"), ns)
-    except BaseException as exc:  # the program itself failed: every test fails
-        _emit(f"X {nonce} program {type(exc).__name__}: {exc}")
-        return
-    if req.get("setup"):
-        try:
-            _EXEC(_COMPILE(req["setup"], "test_setup.py", "exec"), ns)
-        except BaseException as exc:
-            _emit(f"X {nonce} setup {type(exc).__name__}: {exc}")
-            return
-    entry = req.get("entry_point")
-    if entry:
-        if entry not in ns:
-            _emit(f"X {nonce} program NameError: the solution does not define {entry!r}")
-            return
-        ns["candidate"] = ns[entry]
-    for i, (src, _is_test) in enumerate(units):
-        try:
-            _EXEC(_COMPILE(src, f"test_{i}.py", "exec"), ns)
-        except BaseException as exc:
-            where = traceback.extract_tb(exc.__traceback__)[-1:] if exc.__traceback__ else []
-            line = f" (line {where[0].lineno} of {where[0].filename})" if where else ""
-            _emit(f"F {nonce} {i} {type(exc).__name__}: {exc!s:.300}{line}")
-            if req.get("stop_on_fail"):
-                return
-        else:
-            _emit(f"P {nonce} {i}")
-
-
-def _child(
-    req: dict[str, Any],
-    slot: dict[str, Any],
-    fds: tuple[int, int, int],
-    workdir: str,
-    nonce: str,
-    limits: dict[str, Any],
-) -> None:
-    res_w, out_w, err_w = fds
-    try:
-        os.setsid()
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(out_w, 1)
-        os.dup2(err_w, 2)
-        os.dup2(res_w, RESULT_FD)
-        os.closerange(RESULT_FD + 1, 1 << 16)
-        os.chdir(workdir)
-        for sig in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_DFL)
-        signal.set_wakeup_fd(-1)
-        cpu = int(limits["cpu_s"])
-        mem = int(limits["memory_mb"]) << 20
-        for res, val in (
-            (resource.RLIMIT_CPU, (cpu, cpu + 1)),
-            (resource.RLIMIT_AS, (mem, mem)),
-            (resource.RLIMIT_NPROC, (limits["max_processes"],) * 2),
-            (resource.RLIMIT_FSIZE, ((int(limits["max_file_mb"]) << 20),) * 2),
-            (resource.RLIMIT_NOFILE, (limits["max_open_files"],) * 2),
-            (resource.RLIMIT_CORE, (0, 0)),
-        ):
-            resource.setrlimit(res, val)
-        if slot["uid"] is not None:
-            os.setgroups([])
-            os.setgid(slot["gid"])
-            os.setuid(slot["uid"])
-        _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
-        _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        os.environ.clear()
-        os.environ.update(
-            {
-                "PATH": "/usr/local/bin:/usr/bin:/bin",
-                "HOME": workdir,
-                "TMPDIR": workdir,
-                "LANG": "C.UTF-8",
-                "PYTHONDONTWRITEBYTECODE": "1",
-            }
-        )
-        import tempfile
-
-        tempfile.tempdir = workdir
-        sys.argv = ["solution.py"]
-        sys.stdin = open(0, closefd=False)  # noqa: SIM115 - the process ends right after
-        sys.stdout = open(1, "w", closefd=False, buffering=1)  # noqa: SIM115
-        sys.stderr = open(2, "w", closefd=False, buffering=1)  # noqa: SIM115
-        _emit(f"S {nonce} {len(req.get('units', []))}")
-        _run_check(req, nonce)
-        _emit(f"D {nonce}")
-        for stream in (sys.stdout, sys.stderr):
-            with contextlib.suppress(Exception):
-                stream.flush()
-        if slot["uid"] is not None:  # kill whatever the check left running (only this slot's uid)
-            with contextlib.suppress(OSError):
-                os.kill(-1, signal.SIGKILL)
-    except BaseException:
-        with contextlib.suppress(Exception):
-            os.write(2, traceback.format_exc().encode()[-4000:])
-        os._exit(70)
-    os._exit(0)
+_isolation = _load("isolation")
+isolate = _isolation.isolate
+remove_ipc_objects = _isolation.remove_ipc_objects
+run_child = _load("check_process").run_child
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -419,7 +182,7 @@ class Server:
             for r, _w in pipes:
                 os.close(r)
             os.close(self.wake_r)
-            _child(req, slot, (pipes[0][1], pipes[1][1], pipes[2][1]), workdir, nonce, limits)
+            run_child(req, slot, (pipes[0][1], pipes[1][1], pipes[2][1]), workdir, nonce, limits)
             os._exit(71)  # not reached
         self.free.pop()  # only now: a failure above leaves the slot free (the request gets an error answer)
         fds: dict[int, str] = {}

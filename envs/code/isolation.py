@@ -1,0 +1,152 @@
+"""Isolation of the code sandbox server: network, mount and SysV IPC namespaces, read-only mounts.
+
+Stdlib only. `envs/code/forkserver.py` loads this file by path (it runs as ``python -I forkserver.py``, and its
+directory must stay off ``sys.path`` so that checks cannot import this package's modules). `isolate` runs once,
+as root, before the server forks any check; `remove_ipc_objects` after each check.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import sys
+from typing import Any
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWNET = 0x40000000
+CLONE_NEWIPC = 0x08000000
+IPC_RMID = 0
+#: Per-namespace SysV IPC limits: at most 64 MiB per shm segment, 256 MiB in all, few queues.
+IPC_LIMITS = {"shmmax": 64 << 20, "shmall": (256 << 20) // 4096, "shmmni": 64, "msgmni": 16, "msgmnb": 16384}
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
+MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
+MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+_MOUNT_FLAGS = {
+    "nosuid": MS_NOSUID,
+    "nodev": MS_NODEV,
+    "noexec": MS_NOEXEC,
+    "noatime": MS_NOATIME,
+    "nodiratime": MS_NODIRATIME,
+    "relatime": MS_RELATIME,
+}
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def _check(ret: int, what: str) -> None:
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+    enc = [None if x is None else x.encode() for x in (src, target, fstype, data)]
+    _check(_libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {target}")
+
+
+def isolate(work_root: str, tmpfs_mb: int) -> dict[str, Any]:
+    """Enter new network + mount namespaces, make every mount read-only, mount a tmpfs on `work_root`."""
+    root = os.geteuid() == 0
+    report: dict[str, Any] = {"root": root, "netns": False, "readonly_fs": False, "uid_drop": root, "ipcns": False}
+    if not root:
+        report["why"] = "not root: cannot create namespaces or switch to unprivileged uids"
+        return report
+    try:
+        _check(_libc.unshare(CLONE_NEWNET | CLONE_NEWNS), "unshare(CLONE_NEWNET|CLONE_NEWNS)")
+    except OSError as exc:
+        report["why"] = str(exc)
+        return report
+    report["netns"] = True
+    try:  # a private SysV IPC namespace with small limits (segments outlive processes: removed after checks)
+        _check(_libc.unshare(CLONE_NEWIPC), "unshare(CLONE_NEWIPC)")
+        for name, value in IPC_LIMITS.items():
+            with open(f"/proc/sys/kernel/{name}", "w") as f:
+                f.write(str(value))
+        report["ipcns"] = True
+    except OSError as exc:
+        report["ipc_why"] = str(exc)
+    _mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+    failed = []
+    with open("/proc/self/mountinfo") as f:
+        lines = f.read().splitlines()
+    for line in lines:
+        fields = line.split()
+        target = fields[4].encode().decode("unicode_escape")
+        opts = fields[5].split(",")
+        flags = MS_REMOUNT | MS_BIND | MS_RDONLY
+        for o in opts:
+            flags |= _MOUNT_FLAGS.get(o, 0)
+        try:
+            _mount(None, target, None, flags, None)
+        except OSError as exc:
+            failed.append(f"{target}: {exc.strerror}")
+    os.makedirs(work_root, exist_ok=True)
+    _mount("tmpfs", work_root, "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=0711")
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path}
+    report["exposed"] = _expose(sorted(p for p in paths if p and os.path.isabs(p) and os.path.exists(p)), work_root)
+    probe = os.path.join("/", ".envkit_ro_probe")
+    try:
+        with open(probe, "w"):
+            pass
+        os.unlink(probe)
+        report["why"] = "remounting / read-only failed: " + "; ".join(failed[:5])
+    except OSError:
+        report["readonly_fs"] = True
+    report["ro_failures"] = failed[:10]
+    return report
+
+
+def remove_ipc_objects() -> int:
+    """Remove every SysV shared memory segment, message queue and semaphore set of this IPC namespace."""
+    removed = 0
+    for kind, ctl in (("shm", _libc.shmctl), ("msg", _libc.msgctl), ("sem", _libc.semctl)):
+        try:
+            with open(f"/proc/sysvipc/{kind}") as f:
+                rows = f.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            ipc_id = int(row.split()[1])
+            ok = ctl(ipc_id, 0, IPC_RMID) == 0 if kind == "sem" else ctl(ipc_id, IPC_RMID, None) == 0
+            removed += ok
+    return removed
+
+
+def _expose(paths: list[str], work_root: str) -> list[str]:
+    """Let unprivileged checks reach the Python installation when it sits under a private directory.
+
+    Python is often installed under ``/root`` (mode 0700, e.g. pyenv), which the checks' uids cannot traverse.
+    For each such directory D on the way to a needed path (in this mount namespace only): keep the original D
+    at a root-only place, mount a read-only tmpfs (mode 0711) on D, and bind back only the needed child of D.
+    Nothing else of D becomes visible.
+    """
+    hidden = os.path.join(work_root, ".orig")
+    os.makedirs(hidden, mode=0o700, exist_ok=True)
+    covered: dict[str, str] = {}
+    done: list[str] = []
+    for path in paths:
+        parts = path.rstrip("/").split("/")
+        for i in range(1, len(parts)):
+            d = "/".join(parts[:i]) or "/"
+            if d not in covered and os.stat(d).st_mode & 0o001:
+                continue
+            if d not in covered:
+                keep = os.path.join(hidden, str(len(covered)))
+                os.mkdir(keep, 0o700)
+                _mount(d, keep, None, MS_BIND | MS_REC, None)
+                _mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, "size=1m,mode=0711")
+                covered[d] = keep
+            child = parts[i]
+            target, src = os.path.join(d, child), os.path.join(covered[d], child)
+            if os.path.exists(target) or not os.path.exists(src):
+                continue
+            _mount(d, d, None, MS_REMOUNT | MS_NOSUID | MS_NODEV, "mode=0711")  # writable again while adding
+            if os.path.isdir(src):
+                os.mkdir(target, 0o755)
+            else:
+                open(target, "w").close()
+            _mount(src, target, None, MS_BIND | MS_REC, None)
+            _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
+            _mount(None, d, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "mode=0711")
+            done.append(target)
+    return done
