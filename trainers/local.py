@@ -34,6 +34,7 @@ import torch
 from tqdm import tqdm
 
 from trainers.advantages import group_advantages, zero_advantage_fraction
+from trainers.agent_xrpo import AgentXrpoDriver
 from trainers.checkpoint import latest_checkpoint, load_state, load_weights, save_checkpoint
 from trainers.explorers.eden import EdenConfig
 from trainers.explorers.xrpo import XrpoConfig
@@ -69,7 +70,8 @@ class TrainConfig:
         temperature: Sampling temperature of standard rollouts.
         estimator: ``grpo``, ``grpo_mean``, ``rloo`` or ``dr_grpo`` (single-turn); multi-turn uses
             `agent.estimator`.
-        explorer: ``none`` (plain groups), ``eden`` or ``xrpo`` (single-turn only).
+        explorer: ``none`` (plain groups), ``eden`` (single-turn) or ``xrpo`` (single-turn, or phased episodes
+            on agent envs: `trainers.agent_xrpo`).
         lr: AdamW learning rate.
         lr_warmup_steps: Linear learning-rate warm-up over the first RL steps (Adam's first steps are large).
         weight_decay: AdamW weight decay.
@@ -132,8 +134,11 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.env_kwargs must be a JSON object, got {self.env_kwargs!r}: {exc}") from exc
         if not isinstance(kwargs, dict):
             raise ValueError(f"TrainConfig.env_kwargs must be a JSON object, got {self.env_kwargs!r}")
-        if self.explorer != "none" and self.multi_turn:
-            raise ValueError(f"TrainConfig: explorer {self.explorer!r} is single-turn only; set explorer='none'")
+        if self.explorer == "eden" and self.multi_turn:
+            raise ValueError(
+                "TrainConfig: the local trainer's EDEN is single-turn; on agent envs use explorer='none' or 'xrpo' "
+                "(EDEN on agent envs runs on the OpenRLHF backend)"
+            )
         if self.agent.sero and not self.multi_turn:
             raise ValueError(
                 f"TrainConfig: agent.sero needs a multi-turn envkit task with an oracle, got {self.task!r}"
@@ -177,6 +182,8 @@ class LocalTrainer:
         t_explorer = time.perf_counter()
         if cfg.explorer == "eden":
             self.explorer = EdenDriver(cfg.eden, self.model, self.tok, self.task, cfg, state.get("explorer"))
+        elif cfg.explorer == "xrpo" and cfg.multi_turn:
+            self.explorer = AgentXrpoDriver(cfg.xrpo, cfg, state.get("explorer"))
         elif cfg.explorer == "xrpo":
             self.explorer = XrpoDriver(cfg.xrpo, self.model, self.tok, self.task, cfg, state.get("explorer"))
         self.explorer_setup_s = time.perf_counter() - t_explorer  # EDEN: anchor-bank selection
@@ -209,7 +216,9 @@ class LocalTrainer:
         t0 = time.perf_counter()
         self.model.eval()
         if cfg.multi_turn:
-            batch, metrics = collect_agent_batch(self.model, self.tok, cfg.task, cfg, seed=seed)
+            batch, metrics = collect_agent_batch(
+                self.model, self.tok, cfg.task, cfg, seed=seed, explorer=self.explorer, step=step
+            )
         else:
             batch, metrics = self._single_turn_batch(step, seed)
         t_rollout = time.perf_counter() - t0

@@ -134,7 +134,7 @@ def _oracle_row(tokenizer: Any, e: Episode, outcome: Any, advantages: list[float
             response += more
             advs += [0.0] * len(more)
             flags += [0] * len(more)
-    return OracleRow(e.group, list(e.prompt_ids), response, advs, flags, spans)
+    return OracleRow(e.group, list(e.train_prompt_ids), response, advs, flags, spans)
 
 
 def _weigh(

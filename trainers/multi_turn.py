@@ -135,6 +135,14 @@ class Episode:
     initial_info: dict[str, Any] = field(default_factory=dict)
     steps: list[Step] = field(default_factory=list)  # with snapshots, recorded for SERO
     final_snapshot: Any = None
+    icl: bool = False  # XRPO: the first prompt carries ICL demonstrations
+    loss_prompt_ids: list[int] | None = None  # the prompt the loss sees, when not `prompt_ids` (XRPO clean)
+    logprobs: list[float] = field(default_factory=list)  # sampling log-probs of the action tokens, when recorded
+
+    @property
+    def train_prompt_ids(self) -> list[int]:
+        """The prompt of this episode's training row (`prompt_ids` unless XRPO trains ICL rows on the plain one)."""
+        return self.prompt_ids if self.loss_prompt_ids is None else self.loss_prompt_ids
 
     def action_start(self, t: int) -> int:
         """Index in `context` of turn t's first action token (len(context) when turn t was never played)."""
@@ -170,6 +178,23 @@ def _envs(env_id: str, n: int) -> list[Any]:
     return pool[:n]
 
 
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One episode to play.
+
+    Attributes:
+        group: Task group (index of the step's task).
+        index: Episode index within its group.
+        seed: Task seed passed to `reset`.
+        prompt_text: First prompt text instead of the env's first observation (XRPO's ICL-prefixed prompt).
+    """
+
+    group: int
+    index: int
+    seed: int
+    prompt_text: str | None = None
+
+
 def play(
     model: Any,
     tokenizer: Any,
@@ -188,21 +213,44 @@ def play(
     With `record`, each episode also keeps its `envkit.core.Step`s with a snapshot of the state before every
     action and of its final state (SERO's roots).
     """
-    envs = _envs(env_id, len(seeds) * group_size)
+    specs = [EpisodeSpec(g, k, int(s)) for g, s in enumerate(seeds) for k in range(group_size)]
+    return play_specs(
+        model, tokenizer, env_id, specs, cfg, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
+        record=record,
+    )  # fmt: skip
+
+
+def play_specs(
+    model: Any,
+    tokenizer: Any,
+    env_id: str,
+    specs: list[EpisodeSpec],
+    cfg: AgentConfig,
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    seed: int,
+    record: bool = False,
+    env_offset: int = 0,
+    return_logprobs: bool = False,
+) -> list[Episode]:
+    """Play one episode per spec (see `play`); env instances ``env_offset ..`` of the env's pool are used, so
+    episodes played earlier in the same step keep theirs (SERO restores into them)."""
+    envs = _envs(env_id, env_offset + len(specs))[env_offset:]
     episodes = []
-    for g, task_seed in enumerate(seeds):
-        for k in range(group_size):
-            env = envs[g * group_size + k]
-            obs, info0 = env.reset(seed=int(task_seed))
-            ids = encode_prompt(tokenizer, str(obs), raw=False, system=cfg.system)
-            if len(ids) + max_new_tokens > cfg.max_context_tokens:
-                raise ValueError(
-                    f"the first prompt of {env_id} has {len(ids)} tokens: raise agent.max_context_tokens above "
-                    f"{len(ids) + max_new_tokens}"
-                )
-            ep = Episode(g, k, env, ids, list(ids), [], [], [str(obs)], [], [], [])
-            ep.seed, ep.initial_info = int(task_seed), jsonable(info0) if record else {}
-            episodes.append(ep)
+    for spec, env in zip(specs, envs, strict=True):
+        obs, info0 = env.reset(seed=int(spec.seed))
+        text = str(obs) if spec.prompt_text is None else spec.prompt_text
+        ids = encode_prompt(tokenizer, text, raw=False, system=cfg.system)
+        if len(ids) + max_new_tokens > cfg.max_context_tokens:
+            raise ValueError(
+                f"the first prompt of {env_id} has {len(ids)} tokens: raise agent.max_context_tokens above "
+                f"{len(ids) + max_new_tokens}"
+            )
+        ep = Episode(spec.group, spec.index, env, ids, list(ids), [], [], [str(obs)], [], [], [])
+        ep.seed, ep.initial_info = int(spec.seed), jsonable(info0) if record else {}
+        ep.icl = spec.prompt_text is not None
+        episodes.append(ep)
     cache = TurnCache(model, tokenizer) if cfg.reuse_kv_cache else None
     cached: list[Episode] = []  # the cache's rows
     for turn in range(cfg.max_turns):
@@ -214,10 +262,17 @@ def play(
             if cached:
                 cache.keep([next(k for k, c in enumerate(cached) if c is e) for e in live])
             cached = live
-            out = cache.sample(contexts, temps, max_new_tokens=max_new_tokens, seed=seed * 131 + turn)
+            out = cache.sample(
+                contexts, temps, max_new_tokens=max_new_tokens, seed=seed * 131 + turn, return_logprobs=return_logprobs
+            )
         else:
-            out = sample(model, tokenizer, contexts, temps, max_new_tokens=max_new_tokens, seed=seed * 131 + turn)
-        for e, act_ids, trunc in zip(live, out.tokens, out.truncated, strict=True):
+            out = sample(
+                model, tokenizer, contexts, temps, max_new_tokens=max_new_tokens, seed=seed * 131 + turn,
+                return_logprobs=return_logprobs,
+            )  # fmt: skip
+        for i, (e, act_ids, trunc) in enumerate(zip(live, out.tokens, out.truncated, strict=True)):
+            if out.logprobs is not None:
+                e.logprobs += out.logprobs[i]
             e.context += act_ids
             e.flags += [1] * len(act_ids)
             e.turn_of_token += [len(e.actions)] * len(act_ids)
@@ -277,24 +332,21 @@ def step_table(episodes: list[Episode], cfg: AgentConfig) -> StepTable:
 
 
 def collect_agent_batch(
-    model: Any, tokenizer: Any, env_id: str, tcfg: Any, *, seed: int
+    model: Any, tokenizer: Any, env_id: str, tcfg: Any, *, seed: int, explorer: Any = None, step: int = 0
 ) -> tuple[TrainBatch, dict[str, Any]]:
-    """Play one step's episodes and turn them into a `TrainBatch` plus the step's metrics."""
+    """Play one step's episodes and turn them into a `TrainBatch` plus the step's metrics.
+
+    `explorer` (XRPO on agent envs, `trainers.agent_xrpo.AgentXrpoDriver`) plays the episodes instead of `play`
+    (``collect``) and post-processes their turn advantages (``postprocess``).
+    """
     cfg: AgentConfig = tcfg.agent
     rng = np.random.default_rng([tcfg.seed, seed])
     seeds = rng.integers(0, 2**31 - 1, size=tcfg.prompts_per_step).tolist()
-    episodes = play(
-        model,
-        tokenizer,
-        env_id,
-        seeds,
-        tcfg.group_size,
-        cfg,
-        max_new_tokens=tcfg.max_new_tokens,
-        temperature=tcfg.temperature,
-        seed=seed,
-        record=cfg.sero,
-    )
+    kw = dict(max_new_tokens=tcfg.max_new_tokens, temperature=tcfg.temperature, seed=seed, record=cfg.sero)
+    if explorer is not None:
+        episodes = explorer.collect(model, tokenizer, env_id, seeds, step=step, **kw)
+    else:
+        episodes = play(model, tokenizer, env_id, seeds, tcfg.group_size, cfg, **kw)  # type: ignore[arg-type]
     sero = None
     if cfg.sero:
         from trainers.local_sero import sero_credit
@@ -303,9 +355,12 @@ def collect_agent_batch(
         per_episode = sero.turn_advantages
     else:
         per_episode = _turn_advantages(episodes, cfg)
+    explorer_metrics: dict[str, Any] = {}
+    if explorer is not None:
+        per_episode, explorer_metrics = explorer.postprocess(episodes, per_episode)
     prompts, responses, advs, flags = [], [], [], []
     for e, turn_adv in zip(episodes, per_episode, strict=True):
-        prompts.append(e.prompt_ids)
+        prompts.append(e.train_prompt_ids)
         responses.append(e.context[len(e.prompt_ids) :])
         advs.append([float(turn_adv[t]) if t >= 0 else 0.0 for t in e.turn_of_token])
         flags.append(e.flags)
@@ -324,6 +379,7 @@ def collect_agent_batch(
         "truncated_share": float(sum(e.action_truncated for e in episodes) / max(1, n_act)),
         "context_tokens_max": int(max(len(e.context) for e in episodes)),
         "rollouts": len(episodes),
+        **explorer_metrics,
     }
     if sero is not None:
         metrics.update(sero.metrics)
