@@ -34,6 +34,7 @@ import torch
 from tqdm import tqdm
 
 from trainers.advantages import group_advantages, zero_advantage_fraction
+from trainers.agent_eden import AgentEdenDriver
 from trainers.agent_xrpo import AgentXrpoDriver
 from trainers.checkpoint import latest_checkpoint, load_state, load_weights, save_checkpoint
 from trainers.explorers.eden import EdenConfig
@@ -70,8 +71,8 @@ class TrainConfig:
         temperature: Sampling temperature of standard rollouts.
         estimator: ``grpo``, ``grpo_mean``, ``rloo`` or ``dr_grpo`` (single-turn); multi-turn uses
             `agent.estimator`.
-        explorer: ``none`` (plain groups), ``eden`` (single-turn) or ``xrpo`` (single-turn, or phased episodes
-            on agent envs: `trainers.agent_xrpo`).
+        explorer: ``none`` (plain groups), ``eden`` or ``xrpo``; on agent envs EDEN perturbs the first turn
+            (`trainers.agent_eden`) and XRPO allocates whole episodes (`trainers.agent_xrpo`).
         lr: AdamW learning rate.
         lr_warmup_steps: Linear learning-rate warm-up over the first RL steps (Adam's first steps are large).
         weight_decay: AdamW weight decay.
@@ -134,11 +135,6 @@ class TrainConfig:
             raise ValueError(f"TrainConfig.env_kwargs must be a JSON object, got {self.env_kwargs!r}: {exc}") from exc
         if not isinstance(kwargs, dict):
             raise ValueError(f"TrainConfig.env_kwargs must be a JSON object, got {self.env_kwargs!r}")
-        if self.explorer == "eden" and self.multi_turn:
-            raise ValueError(
-                "TrainConfig: the local trainer's EDEN is single-turn; on agent envs use explorer='none' or 'xrpo' "
-                "(EDEN on agent envs runs on the OpenRLHF backend)"
-            )
         if self.agent.sero and not self.multi_turn:
             raise ValueError(
                 f"TrainConfig: agent.sero needs a multi-turn envkit task with an oracle, got {self.task!r}"
@@ -180,7 +176,9 @@ class LocalTrainer:
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
         self.explorer: Any = None
         t_explorer = time.perf_counter()
-        if cfg.explorer == "eden":
+        if cfg.explorer == "eden" and cfg.multi_turn:
+            self.explorer = AgentEdenDriver(cfg.eden, self.model, self.tok, cfg, state.get("explorer"))
+        elif cfg.explorer == "eden":
             self.explorer = EdenDriver(cfg.eden, self.model, self.tok, self.task, cfg, state.get("explorer"))
         elif cfg.explorer == "xrpo" and cfg.multi_turn:
             self.explorer = AgentXrpoDriver(cfg.xrpo, cfg, state.get("explorer"))

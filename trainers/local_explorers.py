@@ -43,21 +43,24 @@ from trainers.single_turn import Rollout, generate_rows
 from trainers.tasks import Problem, Task
 
 
-class EdenDriver:
-    """EDEN rollouts for the local trainer (see the module docstring)."""
+class AnchorSelection:
+    """EDEN's anchor-bank selection (METHODS section 5, ours): score candidate tokens by noisy rollouts.
 
-    def __init__(self, cfg: EdenConfig, model: Any, tok: Any, task: Task, tcfg: Any, state: dict[str, Any] | None):
-        if cfg.n_noisy >= tcfg.group_size:
-            raise ValueError(
-                f"EdenConfig.n_noisy ({cfg.n_noisy}) must be < the trainer's group_size ({tcfg.group_size})"
-            )
-        self.cfg = dataclasses.replace(cfg, group_size=tcfg.group_size)
-        self.model, self.tok, self.task, self.tcfg = model, tok, task, tcfg
-        self.relaxed = False
-        if state is not None:
-            self.bank = AnchorBank(state["token_ids"], state["vectors"])
-        else:
-            self.bank = self.select_bank()
+    Subclasses set ``model``, ``tok``, ``cfg`` (EdenConfig), ``tcfg`` and ``relaxed``, and say what a training
+    prompt is (`_selection_items`) and how its rollouts score (`_rollouts`).
+    """
+
+    model: Any
+    tok: Any
+    cfg: EdenConfig
+    tcfg: Any
+    relaxed: bool
+
+    def _selection_items(self, rng: np.random.Generator) -> list[Any]:
+        raise NotImplementedError
+
+    def _rollouts(self, items: Sequence[Any], n: int, rows: np.ndarray | None, seed: int) -> list[tuple[float, bool]]:
+        raise NotImplementedError
 
     def _embeddings(self) -> np.ndarray:
         return self.model.get_input_embeddings().weight.detach().float().cpu().numpy()
@@ -68,17 +71,16 @@ class EdenDriver:
         vocab = decoded_vocab(self.tok)
         special = set(self.tok.all_special_ids)
         rng = np.random.default_rng([self.tcfg.seed, 99])
-        problems = self.task.sample(rng, self.cfg.n_selection_prompts)
-        prompts = [encode_prompt(self.tok, p.prompt, raw=self.task.raw_prompts) for p in problems]
+        items = self._selection_items(rng)
         n = max(1, self.cfg.n_noisy)
-        clean = self._rollouts(problems, prompts, n, None, seed=1)
-        clean_solved = np.array([max(r for r, _ in clean[i * n : (i + 1) * n]) > 0 for i in range(len(problems))])
+        clean = self._rollouts(items, n, None, seed=1)
+        clean_solved = np.array([max(r for r, _ in clean[i * n : (i + 1) * n]) > 0 for i in range(len(items))])
 
         def score(token: int) -> Any:
-            rows = perturb(emb[token], len(problems) * n, self.cfg.effective_rho, rng)
-            out = self._rollouts(problems, prompts, n, rows, seed=2 + token)
-            valid = np.array([v for _, v in out]).reshape(len(problems), n)
-            correct = np.array([r > 0 for r, _ in out]).reshape(len(problems), n)
+            rows = perturb(emb[token], len(items) * n, self.cfg.effective_rho, rng)
+            out = self._rollouts(items, n, rows, seed=2 + token)
+            valid = np.array([v for _, v in out]).reshape(len(items), n)
+            correct = np.array([r > 0 for r, _ in out]).reshape(len(items), n)
             return anchor_score(valid, correct, clean_solved)
 
         try:
@@ -107,10 +109,32 @@ class EdenDriver:
             self.relaxed = True
             return build_anchor_bank(emb, names, score, relaxed, rng)
 
-    def _rollouts(
-        self, problems: Sequence[Problem], prompts: Sequence[list[int]], n: int, rows: np.ndarray | None, seed: int
-    ) -> list[tuple[float, bool]]:
-        batch = [(g, p) for g, p in enumerate(prompts) for _ in range(n)]
+
+class EdenDriver(AnchorSelection):
+    """EDEN rollouts for the local trainer (see the module docstring)."""
+
+    def __init__(self, cfg: EdenConfig, model: Any, tok: Any, task: Task, tcfg: Any, state: dict[str, Any] | None):
+        if cfg.n_noisy >= tcfg.group_size:
+            raise ValueError(
+                f"EdenConfig.n_noisy ({cfg.n_noisy}) must be < the trainer's group_size ({tcfg.group_size})"
+            )
+        self.cfg = dataclasses.replace(cfg, group_size=tcfg.group_size)
+        self.model, self.tok, self.task, self.tcfg = model, tok, task, tcfg
+        self.relaxed = False
+        if state is not None:
+            self.bank = AnchorBank(state["token_ids"], state["vectors"])
+        else:
+            self.bank = self.select_bank()
+
+    def _selection_items(self, rng: np.random.Generator) -> list[Any]:
+        """The training prompts that score anchor candidates: (problem, prompt ids) pairs."""
+        problems = self.task.sample(rng, self.cfg.n_selection_prompts)
+        return [(p, encode_prompt(self.tok, p.prompt, raw=self.task.raw_prompts)) for p in problems]
+
+    def _rollouts(self, items: Sequence[Any], n: int, rows: np.ndarray | None, seed: int) -> list[tuple[float, bool]]:
+        """(reward, well-formed) of `n` rollouts per item, noisy when `rows` holds one extra row per rollout."""
+        problems = [p for p, _ in items]
+        batch = [(g, ids) for g, (_, ids) in enumerate(items) for _ in range(n)]
         extra = None if rows is None else [torch.from_numpy(np.asarray(r, dtype=np.float32)) for r in rows]
         out = generate_rows(
             self.model, self.tok, batch, [self.cfg.tau_r] * len(batch), max_new_tokens=self.tcfg.max_new_tokens,

@@ -136,6 +136,8 @@ class Episode:
     steps: list[Step] = field(default_factory=list)  # with snapshots, recorded for SERO
     final_snapshot: Any = None
     icl: bool = False  # XRPO: the first prompt carries ICL demonstrations
+    noisy: bool = False  # EDEN: the first turn had a perturbed extra input position
+    in_loss: bool = True  # False: the explorer dropped this episode from the loss (EDEN's top-p selection)
     loss_prompt_ids: list[int] | None = None  # the prompt the loss sees, when not `prompt_ids` (XRPO clean)
     logprobs: list[float] = field(default_factory=list)  # sampling log-probs of the action tokens, when recorded
 
@@ -187,12 +189,17 @@ class EpisodeSpec:
         index: Episode index within its group.
         seed: Task seed passed to `reset`.
         prompt_text: First prompt text instead of the env's first observation (XRPO's ICL-prefixed prompt).
+        temperature: Sampling temperature of every turn (None: the run's).
+        first_extra: EDEN: one [d] embedding appended after the first prompt for the FIRST turn only; later turns
+            see the token context alone.
     """
 
     group: int
     index: int
     seed: int
     prompt_text: str | None = None
+    temperature: float | None = None
+    first_extra: Any = None
 
 
 def play(
@@ -235,7 +242,8 @@ def play_specs(
     return_logprobs: bool = False,
 ) -> list[Episode]:
     """Play one episode per spec (see `play`); env instances ``env_offset ..`` of the env's pool are used, so
-    episodes played earlier in the same step keep theirs (SERO restores into them)."""
+    episodes played earlier in the same step keep theirs (SERO restores into them). With EDEN's first-turn rows
+    every turn re-prefills the token context (no turn cache: later turns must not see the noise position)."""
     envs = _envs(env_id, env_offset + len(specs))[env_offset:]
     episodes = []
     for spec, env in zip(specs, envs, strict=True):
@@ -250,15 +258,24 @@ def play_specs(
         ep = Episode(spec.group, spec.index, env, ids, list(ids), [], [], [str(obs)], [], [], [])
         ep.seed, ep.initial_info = int(spec.seed), jsonable(info0) if record else {}
         ep.icl = spec.prompt_text is not None
+        ep.noisy = spec.first_extra is not None
         episodes.append(ep)
-    cache = TurnCache(model, tokenizer) if cfg.reuse_kv_cache else None
+    temp_of = {id(e): temperature if sp.temperature is None else sp.temperature for e, sp in zip(episodes, specs)}
+    extra_of = {id(e): sp.first_extra for e, sp in zip(episodes, specs)}
+    noisy_start = any(x is not None for x in extra_of.values())
+    cache = TurnCache(model, tokenizer) if cfg.reuse_kv_cache and not noisy_start else None
     cached: list[Episode] = []  # the cache's rows
     for turn in range(cfg.max_turns):
         live = [e for e in episodes if not e.done]
         if not live:
             break
-        contexts, temps = [e.context for e in live], [temperature] * len(live)
-        if cache is not None:
+        contexts, temps = [e.context for e in live], [temp_of[id(e)] for e in live]
+        if turn == 0 and noisy_start:
+            out = sample(
+                model, tokenizer, contexts, temps, max_new_tokens=max_new_tokens, seed=seed * 131 + turn,
+                return_logprobs=return_logprobs, extra_rows=[extra_of[id(e)] for e in live],
+            )  # fmt: skip
+        elif cache is not None:
             if cached:
                 cache.keep([next(k for k, c in enumerate(cached) if c is e) for e in live])
             cached = live
@@ -360,6 +377,8 @@ def collect_agent_batch(
         per_episode, explorer_metrics = explorer.postprocess(episodes, per_episode)
     prompts, responses, advs, flags = [], [], [], []
     for e, turn_adv in zip(episodes, per_episode, strict=True):
+        if not e.in_loss:
+            continue
         prompts.append(e.train_prompt_ids)
         responses.append(e.context[len(e.prompt_ids) :])
         advs.append([float(turn_adv[t]) if t >= 0 else 0.0 for t in e.turn_of_token])

@@ -106,8 +106,3 @@ def test_training_with_sero_and_resuming_keeps_the_corpus(tmp_path):
     cfg = trainer.cfg
     resumed = LocalTrainer(TrainConfig(**{**cfg.__dict__, "resume": True, "steps": 3}))
     assert len(resumed.explorer.corpus) == size >= 1
-
-
-def test_eden_on_agent_envs_is_refused_with_the_alternatives():
-    with pytest.raises(ValueError, match="EDEN is single-turn"):
-        TrainConfig(task="envkit/Toy-v0", explorer="eden")
