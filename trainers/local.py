@@ -34,6 +34,7 @@ import torch
 from tqdm import tqdm
 
 from trainers.advantages import group_advantages, zero_advantage_fraction
+from trainers.agent_batch import collect_agent_batch
 from trainers.agent_eden import AgentEdenDriver
 from trainers.agent_xrpo import AgentXrpoDriver
 from trainers.checkpoint import latest_checkpoint, load_state, load_weights, save_checkpoint
@@ -42,7 +43,7 @@ from trainers.explorers.xrpo import XrpoConfig
 from trainers.local_explorers import EdenDriver, XrpoDriver
 from trainers.metrics import MetricsLogger, plot_metrics
 from trainers.models import ModelConfig, load_model
-from trainers.multi_turn import AgentConfig, collect_agent_batch
+from trainers.multi_turn import AgentConfig
 from trainers.prompts import encode_prompt
 from trainers.single_turn import Rollout, collect_plain
 from trainers.tasks import make_task
