@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from trainers.advantages import ESTIMATORS  # the episode-level estimators
 from trainers.explorers.anchors import AnchorBank
 from trainers.explorers.eden import (
     EdenConfig,
@@ -36,8 +37,6 @@ from trainers.explorers.eden import (
 )
 from trainers.local_explorers import AnchorSelection
 from trainers.multi_turn import AgentConfig, Episode, EpisodeSpec, play_specs
-
-EPISODE_LEVEL = ("grpo", "grpo_mean", "rloo", "dr_grpo")
 
 
 class AgentEdenDriver(AnchorSelection):
@@ -107,7 +106,7 @@ class AgentEdenDriver(AnchorSelection):
         groups = [e.group for e in episodes]
         noisy = np.array([e.noisy for e in episodes], dtype=bool)
         stats: dict[str, Any] = {"eden_bank_relaxed": int(self.relaxed)}
-        if self.agent.estimator in EPISODE_LEVEL:
+        if self.agent.estimator in ESTIMATORS:
             res = eden_advantages(
                 [float(e.success) for e in episodes], groups, noisy, cfg, estimator=self.agent.estimator
             )

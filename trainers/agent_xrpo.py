@@ -25,12 +25,11 @@ from typing import Any
 
 import numpy as np
 
+from trainers.advantages import ESTIMATORS  # the episode-level estimators
 from trainers.explorers.icl import IclCorpus
 from trainers.explorers.xrpo import XrpoConfig, XrpoPlanner, sharpen
 from trainers.multi_turn import AgentConfig, Episode, EpisodeSpec, play_specs
 from trainers.prompts import encode_prompt
-
-EPISODE_LEVEL = ("grpo", "grpo_mean", "rloo", "dr_grpo")
 
 
 class AgentXrpoDriver:
@@ -92,7 +91,7 @@ class AgentXrpoDriver:
         """Sharpening (episode-level estimators), corpus growth and the step's ``xrpo_*`` metrics."""
         out = list(turn_advantages)
         success = np.array([e.success for e in episodes], dtype=bool)
-        if self.cfg.sharpen and self.agent.estimator in EPISODE_LEVEL and len(episodes):
+        if self.cfg.sharpen and self.agent.estimator in ESTIMATORS and len(episodes):
             row = np.array([float(a[0]) if len(a) else 0.0 for a in turn_advantages])
             mean_lp = [float(np.mean(e.logprobs)) if e.logprobs else 0.0 for e in episodes]
             sharp = sharpen(row, success, mean_lp, [e.group for e in episodes], self.cfg.lambda_n, self.cfg.kappa)
