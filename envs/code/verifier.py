@@ -25,6 +25,7 @@ from typing import Any
 from envs.code.data import CodeProblem
 from envs.code.sandbox import Job, RunResult, Sandbox, SandboxConfig
 from envs.math.verdict import Verdict
+from envs.verifier_stats import BatchStats
 
 REWARD_MODES = ("all", "fraction")
 _FENCE_RE = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.S | re.I)
@@ -87,22 +88,6 @@ class CodeResult:
     seconds: float = 0.0
 
 
-@dataclass
-class CodeVerifierStats:
-    """Counters since the verifier started."""
-
-    checks: int = 0
-    timeouts: int = 0
-    errors: int = 0
-    last_batch: int = 0
-    last_batch_seconds: float = 0.0
-
-    @property
-    def last_checks_per_s(self) -> float:
-        """Throughput of the last `verify_many` call."""
-        return self.last_batch / self.last_batch_seconds if self.last_batch_seconds > 0 else 0.0
-
-
 class CodeVerifier:
     """Runs responses against problems' tests in a `Sandbox`. Use as a context manager or call `close()`.
 
@@ -115,7 +100,7 @@ class CodeVerifier:
         self.config = config or CodeVerifierConfig()
         self._own = sandbox is None
         self.sandbox = sandbox or Sandbox(self.config.sandbox)
-        self.stats = CodeVerifierStats()
+        self.stats = BatchStats()
 
     def close(self) -> None:
         """Stop the sandbox if this verifier started it."""

@@ -34,6 +34,7 @@ from envs.math.check import CheckTask
 from envs.math.data import MathProblem
 from envs.math.extract import DEFAULT_METHODS, check_methods, extract_answer
 from envs.math.verdict import Verdict
+from envs.verifier_stats import BatchStats
 
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])
 
@@ -104,22 +105,12 @@ class _Worker:
 
 
 @dataclass
-class VerifierStats:
-    """Counters since the verifier started (read ``verifier.stats``)."""
+class VerifierStats(BatchStats):
+    """Counters since the verifier started (read ``verifier.stats``); throughput counts cache hits too."""
 
-    checks: int = 0
     cache_hits: int = 0
-    timeouts: int = 0
-    errors: int = 0
     workers_killed: int = 0
     busy_seconds: float = 0.0
-    last_batch: int = 0
-    last_batch_seconds: float = 0.0
-
-    @property
-    def last_checks_per_s(self) -> float:
-        """Throughput of the last `verify_many` call (responses per second, cache hits included)."""
-        return self.last_batch / self.last_batch_seconds if self.last_batch_seconds > 0 else 0.0
 
 
 class MathVerifier:
