@@ -37,7 +37,9 @@ def _trainer(tmp_path, **kw) -> LocalTrainer:
     return LocalTrainer(cfg)
 
 
-def _kept_rows(trainer: LocalTrainer, step: int, seed: int) -> list:
+def _collect(trainer: LocalTrainer, step: int, seed: int) -> tuple[list, list, list]:
+    """The step's prompts, its EDEN rollouts after postprocess, and their raw GRPO advantages (the same rollouts
+    the trainer's step collects: every step's randomness derives from (seed, step))."""
     cfg = trainer.cfg
     problems = trainer.task.sample(np.random.default_rng([cfg.seed, step]), cfg.prompts_per_step)
     prompts = [encode_prompt(trainer.tok, p.prompt, raw=True) for p in problems]
@@ -46,23 +48,21 @@ def _kept_rows(trainer: LocalTrainer, step: int, seed: int) -> list:
     for r, a in zip(rolls, raw.tolist(), strict=True):
         r.advantage = a
     trainer.explorer.postprocess(step, problems, rolls)
-    return [r for r in rolls if r.weight > 0]
+    return prompts, rolls, raw.tolist()
+
+
+def _kept_rows(trainer: LocalTrainer, step: int, seed: int) -> list:
+    return [r for r in _collect(trainer, step, seed)[1] if r.weight > 0]
 
 
 @pytest.mark.slow  # ~3.5 s: a 40-step warm-up so that some groups have successes
 def test_kept_rows_carry_their_own_advantage_and_dropped_rows_leave_the_batch(tmp_path):
     trainer = _trainer(tmp_path, sft_steps=40, sft_batch=16)  # a short warm-up, so some groups have successes
-    cfg, step, seed = trainer.cfg, 1, 11
+    step, seed = 1, 11
     batch, metrics = trainer._single_turn_batch(step, seed)
-    # Re-collect the same rollouts (every step's randomness derives from (seed, step)) to see every row.
-    problems = trainer.task.sample(np.random.default_rng([cfg.seed, step]), cfg.prompts_per_step)
-    prompts = [encode_prompt(trainer.tok, p.prompt, raw=True) for p in problems]
-    rolls = trainer.explorer.collect(step, problems, prompts, temperature=1.0, max_new_tokens=4, seed=seed)
-    raw = group_advantages(np.array([r.reward for r in rolls]), np.array([r.group for r in rolls]), "grpo")
-    for r, a in zip(rolls, raw.tolist(), strict=True):
-        r.advantage = a
-    trainer.explorer.postprocess(step, problems, rolls)
-    kept = [(r, a) for r, a in zip(rolls, raw.tolist(), strict=True) if r.weight > 0]
+    # Re-collect the same rollouts to see every row.
+    prompts, rolls, raw = _collect(trainer, step, seed)
+    kept = [(r, a) for r, a in zip(rolls, raw, strict=True) if r.weight > 0]
     assert len(batch) == len(kept) == metrics["rows_in_loss"] == 4 * 2 + 4  # all standard + half the noisy
     for i, (r, a) in enumerate(kept):
         assert batch.prompts[i] == prompts[r.group]  # the CLEAN prompt, no extra position
