@@ -26,7 +26,6 @@ import numpy as np
 import torch
 
 from trainers.advantages import ESTIMATORS  # the episode-level estimators
-from trainers.explorers.anchors import AnchorBank
 from trainers.explorers.eden import (
     EdenConfig,
     absorb,
@@ -43,16 +42,9 @@ class AgentEdenDriver(AnchorSelection):
     """Per-run EDEN state on an agent env (the anchor bank) and its per-step hooks (see the module docstring)."""
 
     def __init__(self, cfg: EdenConfig, model: Any, tok: Any, tcfg: Any, state: dict[str, Any] | None = None):
-        if cfg.n_noisy >= tcfg.group_size:
-            raise ValueError(
-                f"EdenConfig.n_noisy ({cfg.n_noisy}) must be < the trainer's group_size ({tcfg.group_size})"
-            )
-        self.cfg = dataclasses.replace(cfg, group_size=tcfg.group_size)
-        self.model, self.tok, self.tcfg = model, tok, tcfg
         self.agent: AgentConfig = tcfg.agent
         self.env_id: str = tcfg.task
-        self.relaxed = False
-        self.bank = AnchorBank(state["token_ids"], state["vectors"]) if state is not None else self.select_bank()
+        self._init_eden(cfg, model, tok, tcfg, state)
 
     # ----- anchor selection on first turns (AnchorSelection.select_bank calls these two) -----
     def _selection_items(self, rng: np.random.Generator) -> list[Any]:
@@ -127,6 +119,3 @@ class AgentEdenDriver(AnchorSelection):
         for e, k in zip(episodes, np.asarray(keep, dtype=bool).tolist(), strict=True):
             e.in_loss = bool(k)
         return out, stats
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"token_ids": np.asarray(self.bank.token_ids), "vectors": np.asarray(self.bank.vectors)}

@@ -20,14 +20,13 @@ episode of the step.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
 
 from trainers.advantages import ESTIMATORS  # the episode-level estimators
-from trainers.explorers.icl import IclCorpus
 from trainers.explorers.xrpo import XrpoConfig, XrpoPlanner, sharpen
+from trainers.local_explorers import xrpo_run_state
 from trainers.multi_turn import AgentConfig, Episode, EpisodeSpec, play_specs
 from trainers.prompts import encode_prompt
 
@@ -36,15 +35,8 @@ class AgentXrpoDriver:
     """Per-run XRPO state on an agent env (the ICL corpus) and its per-step hooks (see the module docstring)."""
 
     def __init__(self, cfg: XrpoConfig, tcfg: Any, state: dict[str, Any] | None = None) -> None:
-        if cfg.n0 > tcfg.group_size:
-            raise ValueError(f"XrpoConfig.n0 ({cfg.n0}) must be <= the trainer's group_size ({tcfg.group_size})")
-        self.cfg = dataclasses.replace(cfg, group_size=tcfg.group_size)
+        self.cfg, self.corpus = xrpo_run_state(cfg, tcfg, state)
         self.agent: AgentConfig = tcfg.agent
-        self.corpus = (
-            IclCorpus.from_state_dict(state)
-            if state is not None
-            else IclCorpus(k=cfg.icl_k, backend=cfg.icl_backend, model_path=cfg.icl_model_path)
-        )
         self._stats: dict[str, Any] = {}
 
     def collect(

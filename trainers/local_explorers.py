@@ -55,6 +55,21 @@ class AnchorSelection:
     cfg: EdenConfig
     tcfg: Any
     relaxed: bool
+    bank: AnchorBank
+
+    def _init_eden(self, cfg: EdenConfig, model: Any, tok: Any, tcfg: Any, state: dict[str, Any] | None) -> None:
+        """Check the noisy share against the trainer's group, then load the bank from `state` or select it."""
+        if cfg.n_noisy >= tcfg.group_size:
+            raise ValueError(
+                f"EdenConfig.n_noisy ({cfg.n_noisy}) must be < the trainer's group_size ({tcfg.group_size})"
+            )
+        self.cfg = dataclasses.replace(cfg, group_size=tcfg.group_size)
+        self.model, self.tok, self.tcfg = model, tok, tcfg
+        self.relaxed = False
+        self.bank = AnchorBank(state["token_ids"], state["vectors"]) if state is not None else self.select_bank()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"token_ids": np.asarray(self.bank.token_ids), "vectors": np.asarray(self.bank.vectors)}
 
     def _selection_items(self, rng: np.random.Generator) -> list[Any]:
         raise NotImplementedError
@@ -114,17 +129,8 @@ class EdenDriver(AnchorSelection):
     """EDEN rollouts for the local trainer (see the module docstring)."""
 
     def __init__(self, cfg: EdenConfig, model: Any, tok: Any, task: Task, tcfg: Any, state: dict[str, Any] | None):
-        if cfg.n_noisy >= tcfg.group_size:
-            raise ValueError(
-                f"EdenConfig.n_noisy ({cfg.n_noisy}) must be < the trainer's group_size ({tcfg.group_size})"
-            )
-        self.cfg = dataclasses.replace(cfg, group_size=tcfg.group_size)
-        self.model, self.tok, self.task, self.tcfg = model, tok, task, tcfg
-        self.relaxed = False
-        if state is not None:
-            self.bank = AnchorBank(state["token_ids"], state["vectors"])
-        else:
-            self.bank = self.select_bank()
+        self.task = task
+        self._init_eden(cfg, model, tok, tcfg, state)
 
     def _selection_items(self, rng: np.random.Generator) -> list[Any]:
         """The training prompts that score anchor candidates: (problem, prompt ids) pairs."""
@@ -176,23 +182,25 @@ class EdenDriver(AnchorSelection):
         stats["eden_bank_relaxed"] = int(self.relaxed)
         return stats
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"token_ids": np.asarray(self.bank.token_ids), "vectors": np.asarray(self.bank.vectors)}
+
+def xrpo_run_state(cfg: XrpoConfig, tcfg: Any, state: dict[str, Any] | None) -> tuple[XrpoConfig, IclCorpus]:
+    """XRPO's config with the trainer's group size (the per-prompt budget) and its ICL corpus (from `state`)."""
+    if cfg.n0 > tcfg.group_size:
+        raise ValueError(f"XrpoConfig.n0 ({cfg.n0}) must be <= the trainer's group_size ({tcfg.group_size})")
+    corpus = (
+        IclCorpus.from_state_dict(state)
+        if state is not None
+        else IclCorpus(k=cfg.icl_k, backend=cfg.icl_backend, model_path=cfg.icl_model_path)
+    )
+    return dataclasses.replace(cfg, group_size=tcfg.group_size), corpus
 
 
 class XrpoDriver:
     """XRPO rollouts for the local trainer (see the module docstring)."""
 
     def __init__(self, cfg: XrpoConfig, model: Any, tok: Any, task: Task, tcfg: Any, state: dict[str, Any] | None):
-        if cfg.n0 > tcfg.group_size:
-            raise ValueError(f"XrpoConfig.n0 ({cfg.n0}) must be <= the trainer's group_size ({tcfg.group_size})")
-        self.cfg = dataclasses.replace(cfg, group_size=tcfg.group_size)
+        self.cfg, self.corpus = xrpo_run_state(cfg, tcfg, state)
         self.model, self.tok, self.task, self.tcfg = model, tok, task, tcfg
-        self.corpus = (
-            IclCorpus.from_state_dict(state)
-            if state is not None
-            else IclCorpus(k=cfg.icl_k, backend=cfg.icl_backend, model_path=cfg.icl_model_path)
-        )
 
     def _icl_prompt(self, problem: Problem) -> list[int] | None:
         examples = self.corpus.retrieve(problem.prompt, exclude=problem.task_id)
