@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
-from trainers.shared_prefix import distinct, left_padded
+from trainers.shared_prefix import distinct, left_padded, prompt_pass
 
 
 class RowTemperature(LogitsProcessor):
@@ -194,13 +194,11 @@ def _prefix_cache(model: Any, prompts: Sequence[Sequence[int]], ids: torch.Tenso
     if len(prompts) < 2 * len(uniq) or min(len(p) for p in uniq) < 2:
         return None
     device = next(model.parameters()).device
-    first = [index.index(k) for k in range(len(uniq))]
-    u_ids, u_mask = ids[first].to(device), mask[first].to(device)
-    pos = (u_mask.cumsum(-1) - 1).clamp(min=0)
-    cache = model(input_ids=u_ids, attention_mask=u_mask, position_ids=pos, use_cache=True, logits_to_keep=1)
-    past = cache.past_key_values
-    past.batch_select_indices(torch.tensor(index, dtype=torch.long, device=device))
-    return past
+    first = [index.index(k) for k in range(len(uniq))]  # the first row of each distinct prompt
+    _, cache = prompt_pass(
+        model, ids[first].to(device), mask[first].to(device), torch.tensor(index, dtype=torch.long, device=device)
+    )
+    return cache
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,19 @@ def left_padded(rows: Sequence[Sequence[int]], width: int, pad: int) -> tuple[to
     return ids, mask
 
 
+def prompt_pass(model: Any, ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, Any]:
+    """One forward over distinct left-padded prompts [U, W] that keeps the KV cache.
+
+    Returns the logits of each prompt's last position [U, V] and the cache gathered per row (`rows` [B]: each
+    row's prompt index; `DynamicCache.batch_select_indices`, differentiable). Position ids follow the mask.
+    """
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
+    cache = out.past_key_values
+    cache.batch_select_indices(rows)
+    return out.logits[:, -1], cache
+
+
 def distinct(prompts: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], list[int]]:
     """The distinct prompts (first-seen order) and, per row, the index of its prompt among them."""
     keys: dict[tuple[int, ...], int] = {}
@@ -100,10 +113,9 @@ def response_logits(
         raise ValueError("response_logits needs non-empty prompts (the first response token is predicted from them)")
     p_ids, p_mask = left_padded(uniq, max(len(p) for p in uniq), pad)
     p_ids, p_mask = p_ids.to(device), p_mask.to(device)
-    p_pos = (p_mask.cumsum(-1) - 1).clamp(min=0)
-    out = model(input_ids=p_ids, attention_mask=p_mask, position_ids=p_pos, use_cache=True, logits_to_keep=1)
     rows = torch.tensor(index, dtype=torch.long, device=device)
-    first = out.logits[:, -1][rows]  # [B, V]: predicts each row's first response token
+    last, cache = prompt_pass(model, p_ids, p_mask, rows)
+    first = last[rows]  # [B, V]: predicts each row's first response token
 
     n = max((len(r) for r in responses), default=0)
     r_ids = torch.full((len(responses), max(n, 1)), pad, dtype=torch.long)
@@ -115,8 +127,6 @@ def response_logits(
     r_ids, r_mask = r_ids.to(device), r_mask.to(device)
     if n <= 1:  # every response has at most one token: the prompt pass predicted it
         return ResponseLogits(first[:, None], r_ids, r_mask, len(uniq))
-    cache = out.past_key_values
-    cache.batch_select_indices(rows)
     # Feed response tokens 0..n-2 (the last token's own prediction is never needed); pads sit at the end.
     real = torch.zeros((len(responses), n - 1), dtype=torch.long, device=device)
     for i, r in enumerate(responses):
