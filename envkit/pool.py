@@ -327,9 +327,19 @@ BACKENDS: dict[str, type[EnvPool]] = {"inprocess": InProcessPool, "subprocess": 
 
 
 def make_pool(factory: EnvFactory, size: int = 1, backend: str = "subprocess", **kwargs: Any) -> EnvPool:
-    """Build a pool; `backend` is one of ``inprocess``, ``subprocess``, ``ray``."""
+    """Build a pool; `backend` is one of ``inprocess``, ``subprocess``, ``ray``, ``remote``.
+
+    A factory with ``remote=URL`` in its kwargs (envs on an ``envkit-serve`` server) always gets the ``remote``
+    backend: `envkit.remote.RemotePool`, one session and one thread per worker.
+    """
+    if backend == "remote" or "remote" in factory.kwargs:
+        from envkit.remote.pool import RemotePool
+
+        if "remote" not in factory.kwargs:
+            raise ValueError("the remote backend needs the server's URL: EnvFactory(env_id, {'remote': URL})")
+        return RemotePool(factory, size)
     if backend not in BACKENDS:
-        raise ValueError(f"unknown pool backend {backend!r}; choose one of {', '.join(BACKENDS)}")
+        raise ValueError(f"unknown pool backend {backend!r}; choose one of {', '.join(BACKENDS)}, remote")
     cls: Any = BACKENDS[backend]
     pool: EnvPool = cls(factory, size, **kwargs)
     return pool

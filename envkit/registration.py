@@ -82,8 +82,11 @@ def suggest(env_id: str) -> str | None:
     return lowered[close[0]] if close else None
 
 
-def make(env_id: str, **kwargs: Any) -> gym.Env[Any, Any]:
-    """`gymnasium.make` with a helpful error for unknown ids.
+def make(env_id: str, *, remote: str | None = None, **kwargs: Any) -> gym.Env[Any, Any]:
+    """`gymnasium.make` with a helpful error for unknown ids; ``remote=URL``: a session on an env server.
+
+    With ``remote="http://host:port"`` (or ``ws://``) the env runs in an ``envkit-serve`` server and this returns
+    an `envkit.remote.RemoteEnv`, itself a snapshot env (other keyword arguments: see `RemoteEnv`).
 
     Raises:
         UnknownEnvError: `env_id` is not registered; the message suggests the closest id.
@@ -91,6 +94,10 @@ def make(env_id: str, **kwargs: Any) -> gym.Env[Any, Any]:
     """
     from envkit.errors import UnknownEnvError
 
+    if remote is not None:
+        from envkit.remote.client import RemoteEnv
+
+        return RemoteEnv(env_id, remote, **kwargs)
     register_envs()
     if env_id not in gym.registry:
         hint = suggest(env_id)

@@ -124,3 +124,23 @@ def run_oracle(
         if term or trunc:
             return OracleRun(tuple(steps), False, "episode ended without success")
     return OracleRun(tuple(steps), False, f"step budget of {max_steps} spent")
+
+
+def oracle_run_to_json(run: OracleRun) -> dict[str, Any]:
+    """An `OracleRun` as JSON (``envkit-serve``'s oracle endpoint answers with it)."""
+    steps = [
+        {"observation": s.observation, "action": s.action, "reward": s.reward, "next_observation": s.next_observation,
+         "terminated": s.terminated, "truncated": s.truncated, "info": dict(s.info)}
+        for s in run.steps
+    ]  # fmt: skip
+    return {"steps": steps, "success": run.success, "reason": run.reason}
+
+
+def oracle_run_from_json(d: Mapping[str, Any]) -> OracleRun:
+    """The inverse of `oracle_run_to_json` (steps come back with ``is_oracle`` True and no snapshot)."""
+    steps = tuple(
+        Step(str(s["observation"]), str(s["action"]), float(s["reward"]), str(s["next_observation"]),
+             bool(s["terminated"]), bool(s["truncated"]), dict(s["info"]), None, is_oracle=True)
+        for s in d["steps"]
+    )  # fmt: skip
+    return OracleRun(steps, bool(d["success"]), str(d["reason"]))

@@ -33,7 +33,7 @@ from envkit.core import Root, Step, Trajectory, jsonable
 from envkit.errors import ReplayDivergenceError, SnapshotError
 from envkit.pool import EnvPool, Request, Result
 from envkit.snapshot import ReplayState, SnapshotEnvBase, observation_hash, replay
-from oracles.base import Oracle, make_oracle, run_oracle
+from oracles.base import Oracle, make_oracle, oracle_run_from_json, run_oracle
 
 
 def replay_state_at(traj: Trajectory, t: int) -> ReplayState | None:
@@ -163,6 +163,15 @@ def continue_from_root(env: gym.Env[Any, Any], job: ContinuationJob) -> Continua
             root, "", diverged=True, reason="the restored observation differs from the root's", restore_s=restore_s
         )
     info = jsonable(raw_info)
+    remote = getattr(env.unwrapped, "run_oracle", None)
+    if callable(remote):  # envkit.remote.RemoteEnv: the oracle reads privileged state, so it runs on the server
+        t1 = time.perf_counter()
+        run = oracle_run_from_json(remote(job.max_steps, job.oracle_kwargs))
+        total = time.perf_counter() - t1
+        return ContinuationOutcome(
+            root, kind, False, run.steps, run.success and bool(run.steps), run.reason or ("" if run.steps else "no steps"),
+            info, restore_s, 0.0, total,
+        )
     timed = _TimedOracle(_oracle(job.env_id, job.oracle_kwargs))
     t1 = time.perf_counter()
     run = run_oracle(env, timed, obs, info, max_steps=job.max_steps)
@@ -266,6 +275,8 @@ def run_continuations(
 def needs_discard(env: gym.Env[Any, Any]) -> bool:
     """Whether the env's snapshots hold resources to release (its class overrides ``_discard``)."""
     u = env.unwrapped
+    if getattr(u, "snapshots_hold_resources", False):  # e.g. envkit.remote.RemoteEnv: server memory
+        return True
     return isinstance(u, SnapshotEnvBase) and type(u)._discard is not SnapshotEnvBase._discard
 
 

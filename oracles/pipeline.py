@@ -81,7 +81,8 @@ class RunConfig:
         roots: Roots per group (0: policy rollouts only).
         out: Output file (.parquet or .jsonl).
         workers: Env pool size.
-        backend: ``inprocess``, ``subprocess`` or ``ray``.
+        backend: ``inprocess``, ``subprocess``, ``ray`` or ``remote`` (``env_kwargs`` with ``remote=URL``: envs on an
+            ``envkit-serve`` server; always the remote pool).
         seed: Run seed (task seeds and the random policy's draws).
         max_steps: Episode step budget (None: the env's default from `HORIZONS`, else 30).
         min_budget: A root needs this many steps of budget left (None: `MIN_BUDGETS` for the env, else 2).
@@ -129,8 +130,8 @@ class RunConfig:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
         if self.chunk_tasks is not None and self.chunk_tasks < 1:
             raise ValueError(f"--chunk-tasks must be >= 1 (or unset), got {self.chunk_tasks}")
-        if self.backend not in ("inprocess", "subprocess", "ray"):
-            raise ValueError(f"--backend must be inprocess, subprocess or ray, got {self.backend!r}")
+        if self.backend not in ("inprocess", "subprocess", "ray", "remote"):
+            raise ValueError(f"--backend must be inprocess, subprocess, ray or remote, got {self.backend!r}")
         if not str(self.out).endswith((".parquet", ".jsonl")):
             raise ValueError(f"--out must end in .parquet or .jsonl, got {self.out!r}")
         self.sero  # noqa: B018  (validates the SERO settings)
@@ -163,7 +164,7 @@ class RunConfig:
         d = dataclasses.asdict(self)
         for k in ("out", "workers", "backend", "tasks", "progress", "device", "chunk_tasks"):
             d.pop(k)
-        d["env_kwargs"] = dict(self.env_kwargs)
+        d["env_kwargs"] = {k: v for k, v in self.env_kwargs.items() if k != "remote"}  # where envs run: not a setting
         d["oracle_kwargs"] = dict(self.oracle_kwargs)
         d["horizon"] = self.horizon
         d["gamma_g"] = self.sero.gamma_g

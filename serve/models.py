@@ -1,0 +1,109 @@
+"""OpenEnv types for envkit envs: the action, observation and state models and an OpenEnv `Environment`.
+
+`EnvkitEnvironment` wraps any registered envkit id behind OpenEnv's server interface (``reset`` / ``step`` /
+``state``, returning `EnvkitObservation`), and adds what OpenEnv leaves to systems built on top: ``snapshot``,
+``restore`` and ``discard`` of the wrapped envkit env. `serve.app` serves it; OpenEnv's own clients
+(``GenericEnvClient``, `serve.openenv_client.EnvkitEnvClient`) drive it over the WebSocket.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.types import Action, Observation, State
+from pydantic import Field
+
+from envkit.core import jsonable
+from envkit.registration import make
+
+
+class EnvkitAction(Action):
+    """An envkit action: the agent's text (``click[Buy Now]``, ``go to countertop 1``, a tool call)."""
+
+    text: str = Field(description="The action text, as envkit's env.step(text) takes it")
+
+
+class EnvkitObservation(Observation):
+    """What one reset / step / restore returns; ``done`` is ``terminated or truncated``."""
+
+    text: str = Field(description="The observation text")
+    info: dict[str, Any] = Field(default_factory=dict, description="JSON-able part of the env's info dict")
+    terminated: bool = Field(default=False, description="The task ended the episode")
+    truncated: bool = Field(default=False, description="A limit (step budget) ended the episode")
+
+
+class EnvkitState(State):
+    """OpenEnv's state (episode id, step count) plus the env id."""
+
+    env_id: str = ""
+
+
+class EnvkitEnvironment(Environment[EnvkitAction, EnvkitObservation, EnvkitState]):
+    """An envkit env (``envkit.make(env_id, **env_kwargs)``) as an OpenEnv environment with snapshots."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True  # each session builds its own env instance
+
+    def __init__(self, env_id: str, env_kwargs: Mapping[str, Any] | None = None):
+        super().__init__()
+        self.env_id = env_id
+        self.env: Any = make(env_id, **dict(env_kwargs or {}))
+        self._state = EnvkitState(env_id=env_id)
+        #: The (observation, info) of the current state (the oracle endpoint starts from it).
+        self.current: tuple[str, dict[str, Any]] = ("", {})
+
+    def reset(
+        self, seed: int | None = None, episode_id: str | None = None, options: Mapping[str, Any] | None = None, **_: Any
+    ) -> EnvkitObservation:
+        obs, info = self.env.reset(seed=seed, options=dict(options or {}))
+        self._state = EnvkitState(episode_id=episode_id or uuid.uuid4().hex, step_count=0, env_id=self.env_id)
+        self.current = (obs, jsonable(info))
+        return EnvkitObservation(text=obs, info=self.current[1])
+
+    def step(self, action: EnvkitAction | str, timeout_s: float | None = None, **_: Any) -> EnvkitObservation:
+        text = action.text if isinstance(action, EnvkitAction) else action
+        obs, reward, term, trunc, info = self.env.step(text)
+        self._state.step_count += 1
+        self.current = (obs, jsonable(info))
+        return EnvkitObservation(
+            text=obs, info=self.current[1], terminated=bool(term), truncated=bool(trunc), done=bool(term or trunc),
+            reward=float(reward),
+        )  # fmt: skip
+
+    @property
+    def state(self) -> EnvkitState:
+        return self._state
+
+    # ----- the snapshot extension ------------------------------------------------------------------------
+    def snapshot(self) -> Any:
+        return self.env.snapshot()
+
+    def restore(self, snapshot: Any) -> EnvkitObservation:
+        obs, info = self.env.restore(snapshot)
+        self.current = (obs, jsonable(info))
+        return EnvkitObservation(text=obs, info=self.current[1])
+
+    def run_oracle(self, max_steps: int, oracle_kwargs: Mapping[str, Any]) -> dict[str, Any]:
+        """The env's domain oracle from the current state (SERO continuation), as JSON."""
+        from oracles.base import make_oracle, oracle_run_from_json, oracle_run_to_json, run_oracle
+
+        obs, info = self.current
+        out = oracle_run_to_json(run_oracle(self.env, make_oracle(self.env_id, **dict(oracle_kwargs)), obs, info,
+                                            max_steps=max_steps))  # fmt: skip
+        run = oracle_run_from_json(out)
+        if run.steps:
+            self.current = (run.steps[-1].next_observation, dict(run.steps[-1].info))
+        return out
+
+    def discard(self, snapshot: Any) -> None:
+        self.env.discard(snapshot)
+
+    @property
+    def last_restore_kind(self) -> str:
+        u = self.env.unwrapped
+        return str(getattr(u, "last_restore_kind", "") or u.metadata.get("snapshot", "native"))
+
+    def close(self) -> None:
+        self.env.close()

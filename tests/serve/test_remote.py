@@ -1,0 +1,150 @@
+"""RemoteEnv against a real envkit-serve process: the snapshot contract, gymnasium's checker, errors, limits."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import time
+
+import gymnasium
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import envkit
+from envkit.errors import InvalidActionError, ResetNeededError, SnapshotError
+from envkit.pool import EnvFactory, make_pool
+from envkit.remote import EnvServerError, RemoteEnv, ServerCapacityError, SessionLostError
+from envkit.rollout import Task, branch, rollout
+from envkit.testing import oracle_action
+
+TOY = "envkit/Toy-v0"
+
+
+@pytest.mark.parametrize("scheme", ["http", "ws"])
+def test_remote_env_passes_the_snapshot_contract_and_gymnasium_check_env(toy_server, scheme):
+    url = toy_server.url.replace("http", scheme, 1)
+    env = envkit.make(TOY, remote=url)
+    assert isinstance(env, RemoteEnv) and env.transport_name == scheme
+    report = envkit.check_snapshot_env(env, make_fresh=lambda: envkit.make(TOY, remote=url))
+    assert sorted(report.rules) == [1, 2, 3, 4, 5, 6] and report.kind == "native"
+    check_env(env, skip_render_check=True)
+    env.close()
+
+
+def test_remote_transitions_equal_local_ones(toy_server):
+    local, remote = gymnasium.make(TOY), envkit.make(TOY, remote=toy_server.url)
+    for seed in (0, 3):
+        assert remote.reset(seed=seed) == local.reset(seed=seed)
+        for a in ("right", "left", "teleport", "right", "right"):
+            r, lo = remote.step(a), local.step(a)
+            assert (r[0], float(r[1]), r[2], r[3], r[4]) == (lo[0], float(lo[1]), lo[2], lo[3], lo[4])
+            if r[2] or r[3]:
+                break
+    remote.close()
+
+
+def test_snapshot_is_a_handle_restorable_through_another_session_of_the_same_server(toy_server):
+    a, b = envkit.make(TOY, remote=toy_server.url), envkit.make(TOY, remote=toy_server.url)
+    obs0, _ = a.reset(seed=5)
+    a.step("right")
+    s = a.snapshot()
+    held = a.step("stay")
+    s2 = pickle.loads(pickle.dumps(s))  # what crosses processes: the handle only
+    assert len(pickle.dumps(s)) < 400
+    b.reset(seed=9)
+    assert b.restore(s2)[0] == held[0].replace("You did: stay.", "You did: right.")
+    assert b.step("stay") == held
+    a.discard(s)
+    with pytest.raises(SnapshotError, match="discarded"):
+        a.restore(s)
+    with pytest.raises(SnapshotError, match="unknown snapshot handle"):
+        b.restore(s2)  # b did not discard it locally: the server refuses
+    a.close()
+    b.close()
+
+
+def test_bad_requests_get_clear_errors(toy_server):
+    env = envkit.make(TOY, remote=toy_server.url)
+    with pytest.raises(ResetNeededError, match="before reset"):
+        env.step("right")
+    env.reset(seed=0)
+    with pytest.raises(InvalidActionError, match="actions are text"):
+        env.step(3)  # type: ignore[arg-type]
+    with pytest.raises(InvalidActionError, match="exceeds the limit"):
+        env._t.call("step", action="x" * (env.action_space.max_length + 1))
+    with pytest.raises(ValueError, match="unknown operation"):
+        env._t.call("teleport")
+    with pytest.raises(ValueError, match="invalid request: action"):
+        env._t.call("step", act="right")
+    with pytest.raises(SnapshotError, match="expected a RemoteSnapshot"):
+        env.restore(object())  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="serves 'envkit/Toy-v0', not 'envkit/WebShop-v0'"):
+        envkit.make("envkit/WebShop-v0", remote=toy_server.url)
+    with pytest.raises(ValueError, match="set by the server"):
+        envkit.make(TOY, remote=toy_server.url, goal=3)
+    sid = env._t.session
+    env._t.session = "0" * 32
+    with pytest.raises(SessionLostError, match="no session"):
+        env.step("right")
+    env._t.session = sid
+    env.close()
+
+
+def test_bearer_token_session_limit_and_idle_expiry(make_server):
+    srv = make_server(TOY, "--token", "s3cret", "--max-sessions", "2", "--idle-timeout", "1").start()
+    with pytest.raises(envkit.EnvkitError, match="bearer token"):
+        envkit.make(TOY, remote=srv.url)
+    from envkit.remote.transport import WSTransport
+
+    with pytest.raises(EnvServerError, match="cannot open a WebSocket"):
+        WSTransport(srv.url, token="wrong", timeout=5, connect_timeout=5).open()
+    envs = [envkit.make(TOY, remote=srv.url, token="s3cret") for _ in range(3)]
+    envs[0].reset(seed=0)
+    envs[1].reset(seed=0)
+    with pytest.raises(ServerCapacityError, match="maximum of 2 sessions"):
+        envs[2].reset(seed=0)
+    envs[1].close()
+    assert envs[2].reset(seed=0)[0].startswith("You are at cell")
+    time.sleep(3)  # both sessions idle past 1 s: expired
+    with pytest.raises(SessionLostError, match="expired"):
+        envs[0].step("right")
+    assert envs[0].server_info["idle_timeout_s"] == 1.0
+
+
+def test_openenv_client_drives_the_server(toy_server):
+    from openenv.core import GenericEnvClient
+
+    async def run() -> list[object]:
+        async with GenericEnvClient(base_url=toy_server.url) as c:
+            r0 = await c.reset(seed=0)
+            r1 = await c.step({"text": "right"})
+            return [r0.observation["text"], r1.observation["text"], r1.reward, r1.done]
+
+    obs0, obs1, reward, done = asyncio.run(run())
+    local = gymnasium.make(TOY)
+    assert obs0 == local.reset(seed=0)[0]
+    assert (obs1, reward, done) == (local.step("right")[0], 0.0, False)
+
+
+def test_rollout_and_branch_run_unchanged_on_a_remote_pool(toy_server):
+    factory = EnvFactory(TOY, {"remote": toy_server.url})
+    tasks = [Task(f"t{i}", seed=i) for i in range(6)]
+
+    class Walk:
+        name = "walk"
+
+        def act(self, batch):
+            return [oracle_action(x.observation) for x in batch]
+
+    with make_pool(factory, size=3, backend="subprocess") as pool:  # remote= always gets the remote pool
+        assert type(pool).__name__ == "RemotePool"
+        trajs = rollout(Walk(), pool, tasks)
+    with make_pool(EnvFactory(TOY), size=1, backend="inprocess") as pool:
+        ref = rollout(Walk(), pool, tasks)
+    assert [t.without_snapshots() for t in trajs] == [t.without_snapshots() for t in ref]
+    assert all(t.success for t in trajs)
+    env = factory()
+    out = branch(env, trajs[0].steps[1].snapshot, Walk(), 2)
+    assert [t.initial_observation for t in out] == [trajs[0].steps[1].observation] * 2
+    assert all(t.success for t in out)
+    env.close()
