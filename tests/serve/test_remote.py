@@ -139,12 +139,12 @@ def test_rollout_and_branch_run_unchanged_on_a_remote_pool(toy_server):
     with make_pool(factory, size=3, backend="subprocess") as pool:  # remote= always gets the remote pool
         assert type(pool).__name__ == "RemotePool"
         trajs = rollout(Walk(), pool, tasks)
+        env = factory()  # snapshots live while the session that took them is open: branch from another session
+        out = branch(env, trajs[0].steps[1].snapshot, Walk(), 2)
+        env.close()
     with make_pool(EnvFactory(TOY), size=1, backend="inprocess") as pool:
         ref = rollout(Walk(), pool, tasks)
     assert [t.without_snapshots() for t in trajs] == [t.without_snapshots() for t in ref]
     assert all(t.success for t in trajs)
-    env = factory()
-    out = branch(env, trajs[0].steps[1].snapshot, Walk(), 2)
     assert [t.initial_observation for t in out] == [trajs[0].steps[1].observation] * 2
     assert all(t.success for t in out)
-    env.close()
