@@ -1,0 +1,10 @@
+"""Adapters that put envkit envs inside the trainers people already use.
+
+- `interop.trl`: an envkit env as a TRL ``environment_factory`` (GRPOTrainer's multi-turn tool loop);
+- `interop.gem`: envkit ids in GEM's registry (``gem.make("envkit:WebShop-v0")``), snapshots as GEM state;
+- `interop.skyrl`: a SkyRL-gym ``BaseTextEnv`` for any id;
+- `interop.verl`: a verl ``AgentLoopBase`` registered as ``envkit``.
+
+Each works with local envs or with envs on an ``envkit-serve`` server (``remote="http://..."``). Layer: above
+``envkit``/``envs`` (the verl loop uses ``trainers``' nothing; it imports verl). docs/interop.md has examples.
+"""
