@@ -93,6 +93,7 @@ class HTTPTransport:
                 ) from exc
             assert conn.sock is not None
             conn.sock.settimeout(self.timeout)
+            conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # small requests: no Nagle delay
             self._conn = conn
         return conn
 

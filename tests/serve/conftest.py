@@ -13,8 +13,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("openenv.core.env_server", reason="envkit-serve needs the serve extra: pip install 'envkit[serve]'")
-
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -34,6 +32,7 @@ class Server:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Server:
+        pytest.importorskip("openenv.core.env_server", reason="envkit-serve needs: pip install 'envkit[serve]'")
         env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         cmd = [sys.executable, "-m", "serve.cli", self.env_id, "--port", str(self.port), *self.args]
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)

@@ -15,6 +15,7 @@ from envkit.remote import EnvServerError
 from oracles.pipeline import RunConfig, run
 
 TOY, SHOP = "envkit/Toy-v0", "envkit/WebShop-v0"
+pytestmark = pytest.mark.slow  # each test starts its own server
 
 
 def _episode(env, seed: int, n: int = 8) -> list[tuple[object, ...]]:

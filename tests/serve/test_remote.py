@@ -90,6 +90,7 @@ def test_bad_requests_get_clear_errors(toy_server):
     env.close()
 
 
+@pytest.mark.slow
 def test_bearer_token_session_limit_and_idle_expiry(make_server):
     srv = make_server(TOY, "--token", "s3cret", "--max-sessions", "2", "--idle-timeout", "1").start()
     with pytest.raises(envkit.EnvkitError, match="bearer token"):
@@ -148,3 +149,39 @@ def test_rollout_and_branch_run_unchanged_on_a_remote_pool(toy_server):
     assert all(t.success for t in trajs)
     assert [t.initial_observation for t in out] == [trajs[0].steps[1].observation] * 2
     assert all(t.success for t in out)
+
+
+def test_openenv_typed_client_branches_with_the_snapshot_extension(toy_server):
+    from serve.models import EnvkitAction
+    from serve.openenv_client import EnvkitEnvClient
+
+    async def run() -> tuple[object, ...]:
+        async with EnvkitEnvClient(base_url=toy_server.url) as c:
+            await c.reset(seed=2)
+            a = await c.step(EnvkitAction(text="right"))
+            h = await c.snapshot()
+            b = await c.step(EnvkitAction(text="right"))
+            r = await c.restore(h)
+            b2 = await c.step(EnvkitAction(text="right"))
+            state = await c.state()
+            await c.discard(h)
+            return a, b, r, b2, state
+
+    a, b, r, b2, state = asyncio.run(run())
+    assert r.observation.text == a.observation.text
+    assert (b2.observation.text, b2.reward, b2.done) == (b.observation.text, b.reward, b.done)
+    assert state.env_id == TOY
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("scheme", ["http", "ws"])
+def test_alfworld_native_snapshots_stay_on_the_server_and_pass_the_contract(make_server, alfworld_data, scheme):
+    """ALFWorld's native state cannot leave its process: over the wire it is a handle, and the contract holds."""
+    alf = "envkit/ALFWorld-v0"
+    srv = make_server(alf).start()
+    url = srv.url.replace("http", scheme, 1)
+    env = envkit.make(alf, remote=url)
+    report = envkit.check_snapshot_env(env, make_fresh=lambda: envkit.make(alf, remote=url))
+    assert sorted(report.rules) == [1, 2, 3, 4, 5, 6]
+    check_env(env, skip_render_check=True)
+    env.close()
