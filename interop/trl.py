@@ -40,7 +40,9 @@ def trl_environment(
         __doc__ = f"TRL environment for {env_id} (one envkit env per instance)"
 
         def __init__(self):  # type: ignore[no-untyped-def]
-            self._env = envkit.make(env_id, remote=remote, **make_kwargs) if remote else envkit.make(env_id, **make_kwargs)
+            self._env = (
+                envkit.make(env_id, remote=remote, **make_kwargs) if remote else envkit.make(env_id, **make_kwargs)
+            )
             self._episodes = 0
             self._reward = 0.0
             self._done = False

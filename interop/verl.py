@@ -100,6 +100,10 @@ class EnvkitAgentLoop(AgentLoopBase):
             reward_score=float(sum(rewards)),
             num_turns=2 * turns + 1,
             metrics=AgentLoopMetrics(**metrics),
-            extra_fields={"turn_scores": rewards, "envkit_success": env_success(info), "envkit_env_id": env_id,
-                          "envkit_actions": actions},
+            extra_fields={
+                "turn_scores": rewards,
+                "envkit_success": env_success(info),
+                "envkit_env_id": env_id,
+                "envkit_actions": actions,
+            },
         )

@@ -169,8 +169,16 @@ def continue_from_root(env: gym.Env[Any, Any], job: ContinuationJob) -> Continua
         run = oracle_run_from_json(remote(job.max_steps, job.oracle_kwargs))
         total = time.perf_counter() - t1
         return ContinuationOutcome(
-            root, kind, False, run.steps, run.success and bool(run.steps), run.reason or ("" if run.steps else "no steps"),
-            info, restore_s, 0.0, total,
+            root,
+            kind,
+            False,
+            run.steps,
+            run.success and bool(run.steps),
+            run.reason or ("" if run.steps else "no steps"),
+            info,
+            restore_s,
+            0.0,
+            total,
         )
     timed = _TimedOracle(_oracle(job.env_id, job.oracle_kwargs))
     t1 = time.perf_counter()

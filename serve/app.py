@@ -215,7 +215,9 @@ def build_app(
     factory = functools.partial(EnvkitEnvironment, env_id, dict(env_kwargs or {}))
     table = SessionTable(factory, max_sessions=max_sessions, idle_timeout=idle_timeout, max_snapshots=max_snapshots)
     server = Server(env_id, env_kwargs or {}, table, oracle=oracle)
-    app: FastAPI = create_app(factory, EnvkitAction, EnvkitObservation, env_name=env_id, max_concurrent_envs=max_sessions)
+    app: FastAPI = create_app(
+        factory, EnvkitAction, EnvkitObservation, env_name=env_id, max_concurrent_envs=max_sessions
+    )
     app.router.routes[:] = [r for r in app.router.routes if not (isinstance(r, WebSocketRoute) and r.path == "/ws")]
     app.state.envkit = server
 

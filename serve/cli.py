@@ -41,12 +41,15 @@ def serve(
     ] = 600.0,
     max_snapshots: Annotated[int, typer.Option(help="Most snapshots one session may hold.")] = 100_000,
     token: Annotated[
-        str | None, typer.Option(help="Require 'Authorization: Bearer TOKEN' (default: $ENVKIT_SERVE_TOKEN, else none).")
+        str | None,
+        typer.Option(help="Require 'Authorization: Bearer TOKEN' (default: $ENVKIT_SERVE_TOKEN, else none)."),
     ] = None,
     oracle: Annotated[
         bool, typer.Option(help="Serve the domain oracle (privileged, training only: SERO over remote envs).")
     ] = False,
-    env_kwarg: Annotated[list[str] | None, typer.Option(help="Env constructor argument KEY=VALUE (repeatable).")] = None,
+    env_kwarg: Annotated[
+        list[str] | None, typer.Option(help="Env constructor argument KEY=VALUE (repeatable).")
+    ] = None,
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """Serve ENV_ID: many sessions per process, each with its own env; snapshots stay here as handles."""

@@ -48,7 +48,7 @@ class RemotePool(EnvPool):
         futures = [self._threads.submit(_run, self.envs[i], m, a, k) for i, m, a, k in requests]
         out: list[Result] = []
         lost: EnvServerError | None = None
-        for (i, *_), fut in zip(requests, futures, strict=True):
+        for fut in futures:
             try:
                 out.append(fut.result())
             except EnvServerError as exc:

@@ -56,7 +56,9 @@ def split_url(url: str) -> tuple[str, str, int, str]:
     """(scheme, host, port, path prefix) of an ``http(s)://`` or ``ws(s)://`` server URL."""
     u = urllib.parse.urlsplit(url)
     if u.scheme not in ("http", "https", "ws", "wss") or not u.hostname:
-        raise ValueError(f"remote= must be an http://, https://, ws:// or wss:// URL of an envkit-serve server, got {url!r}")
+        raise ValueError(
+            f"remote= must be an http://, https://, ws:// or wss:// URL of an envkit-serve server, got {url!r}"
+        )
     secure = u.scheme in ("https", "wss")
     return u.scheme, u.hostname, u.port or (443 if secure else 80), u.path.rstrip("/")
 
@@ -104,7 +106,7 @@ class HTTPTransport:
             conn.request(method, self.prefix + path, body=data, headers=self.headers)
             resp = conn.getresponse()
             raw = resp.read()
-        except (TimeoutError, socket.timeout) as exc:
+        except TimeoutError as exc:
             self.close_connection()
             raise EnvServerError(
                 f"the env server at {self.url} did not answer {method} {path} within {self.timeout}s "
@@ -187,7 +189,9 @@ class WSTransport:
             raw = self._ws.recv(timeout=self.timeout)
         except TimeoutError as exc:
             self.close()
-            raise EnvServerError(f"the env server at {self.ws_url} did not answer {op!r} within {self.timeout}s") from exc
+            raise EnvServerError(
+                f"the env server at {self.ws_url} did not answer {op!r} within {self.timeout}s"
+            ) from exc
         except (ConnectionClosed, OSError) as exc:
             self._ws = None
             raise EnvServerError(

@@ -12,8 +12,9 @@ import pytest
 
 gem = pytest.importorskip("gem", reason="pip install 'envkit[interop]' (.ci/install.d/40-interop.sh)")
 
-import interop.gem  # noqa: E402,F401  (registers the envkit ids)
 from gem.wrappers.episode_tracking_wrapper import EpisodeTrackingWrapper  # noqa: E402
+
+import interop.gem  # noqa: E402  (registers the envkit ids)
 
 SHOP = "envkit:WebShop-v0"
 

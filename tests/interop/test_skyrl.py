@@ -7,8 +7,9 @@ import pytest
 
 skyrl_gym = pytest.importorskip("skyrl_gym", reason="pip install 'envkit[interop]' (.ci/install.d/40-interop.sh)")
 
-import interop.skyrl  # noqa: E402,F401  (registers "envkit")
 from skyrl_gym.envs.base_text_env import BaseTextEnv  # noqa: E402
+
+import interop.skyrl  # noqa: E402  (registers "envkit")
 
 
 def _play(env, n=6):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from pathlib import Path
@@ -26,8 +27,8 @@ def _tokenizer():
 
 
 def test_the_env_class_is_what_trl_expects_and_its_tool_steps_the_env():
-    from trl.chat_template_utils import add_response_schema, supports_tool_calling
     from transformers.utils import get_json_schema
+    from trl.chat_template_utils import add_response_schema, supports_tool_calling
 
     cls = trl_environment(SHOP)
     env = cls()
@@ -40,7 +41,8 @@ def test_the_env_class_is_what_trl_expects_and_its_tool_steps_the_env():
     assert supports_tool_calling(tok)
     # A completion with a tool call, parsed by TRL's parser, runs the tool as TRL's tool loop does.
     action = first.split("Admissible actions: ")[1].split(";")[0]
-    text = '<tool_call>\n{"name": "act", "arguments": {"action": "%s"}}\n</tool_call><|im_end|>' % action
+    call_json = json.dumps({"name": "act", "arguments": {"action": action}})
+    text = f"<tool_call>\n{call_json}\n</tool_call><|im_end|>"
     call = tok.parse_response(text, prefix="")["tool_calls"][0]["function"]
     out = getattr(env, call["name"])(**call["arguments"])
     assert out != first and "Admissible actions:" in out
@@ -55,7 +57,9 @@ def test_grpo_trainer_runs_on_an_envkit_env_and_logs_its_rewards(tmp_path):
     from trainers.models import ModelConfig, tiny_model
 
     tok = _tokenizer()
-    model = tiny_model(len(tok), ModelConfig(path="tiny:bytes", hidden_size=32, layers=1, heads=2, max_positions=4096), tok)
+    model = tiny_model(
+        len(tok), ModelConfig(path="tiny:bytes", hidden_size=32, layers=1, heads=2, max_positions=4096), tok
+    )
     rows = {"prompt": [[{"role": "user", "content": "Buy what the instruction asks for."}]] * 4, "seed": [0, 1, 2, 3]}
     args = GRPOConfig(
         output_dir=str(tmp_path), max_steps=2, per_device_train_batch_size=2, num_generations=2,

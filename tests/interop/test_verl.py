@@ -13,7 +13,9 @@ import asyncio
 
 import pytest
 
-pytest.importorskip("verl.experimental.agent_loop", reason="pip install 'envkit[interop]' (.ci/install.d/40-interop.sh)")
+pytest.importorskip(
+    "verl.experimental.agent_loop", reason="pip install 'envkit[interop]' (.ci/install.d/40-interop.sh)"
+)
 pytestmark = pytest.mark.slow  # imports verl, ray, hydra, transformers
 
 import gymnasium  # noqa: E402
@@ -47,7 +49,9 @@ class LocalGeneration:
 
 def test_envkit_agent_loop_plays_webshop_through_verls_classes():
     tok = byte_tokenizer()
-    model = tiny_model(len(tok), ModelConfig(path="tiny:bytes", hidden_size=32, layers=1, heads=2, max_positions=8192), tok)
+    model = tiny_model(
+        len(tok), ModelConfig(path="tiny:bytes", hidden_size=32, layers=1, heads=2, max_positions=8192), tok
+    )
     config = OmegaConf.create({
         "actor_rollout_ref": {"rollout": {"prompt_length": 4096, "response_length": 2048, "multi_turn": {}}},
         "data": {},
