@@ -1,7 +1,8 @@
 """The ``envkit-oracle rollout`` engine: policy groups -> SERO roots -> oracle continuations -> step records.
 
 `run(RunConfig(...))` runs G policy rollouts per task through an env pool, selects roots per group, restores and
-continues them with the domain oracle inside the pool's workers, computes reachability weights (a policy scorer in
+continues them with the domain oracle inside the pool's workers (replacing roots the oracle proves dead:
+`continue_roots`), computes reachability weights (a policy scorer in
 this process) and GraphGPO credit, and appends one record unit per task to a resumable `envkit.io.RecordStore`.
 A killed run resumes where it stopped (finished tasks are skipped, none is duplicated) and produces the identical
 output file: every task's result depends only on (seed, task index), never on the chunking or the worker count.
