@@ -7,7 +7,8 @@ Strategies (``ALFWorldOracle(strategy=...)``):
   a step failed (``Nothing happens.``) or the next step is not applicable. If that planner finds no plan,
   fast-downward (alfworld's planner expert) is asked, in a forked process killed after ``timeout_s``. States
   the engine cannot win from (the agent holds an object that no receptacle accepts, so its hands can never be
-  freed; random play reaches a few) make it give up at once, saying so.
+  freed; random play reaches a few) make it give up at once, saying so; `ALFWorldOracle.dead_end` tells them
+  without acting (SERO skips such roots).
 - ``"downward"``: fast-downward only (alfworld's ``AlfredExpert(expert_type="planner")`` plan), same timeout.
 - ``"handcoded"``: alfworld's ``HandCodedTWAgent`` (heuristic; weak from mid-episode states, as measured).
 
@@ -31,7 +32,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from envs.alfworld.planner import DeadEnd, Op, PlanningError, World, command_for, parse_goal, plan
+from envs.alfworld.planner import DeadEnd, Op, PlanningError, World, command_for, dead_end, parse_goal, plan
 from oracles.base import OracleGaveUp
 
 STRATEGIES = ("planner", "downward", "handcoded")
@@ -142,6 +143,15 @@ class ALFWorldOracle:
             self._replan(failed)
             failed = False
         raise OracleGaveUp("the fresh plan's first step is not applicable in the current state")
+
+    def dead_end(self, env: gym.Env[Any, Any]) -> str | None:
+        """Why `env`'s current state provably cannot be won (`envs.alfworld.planner.dead_end`, ~1 ms), else None.
+
+        SERO skips such roots before continuing from them (`oracles.continuation.continue_from_root`).
+        """
+        u: Any = env.unwrapped
+        goal = parse_goal(u.engine.assets.data["pddl_problem"], u.game.task_type)
+        return dead_end(World.of(u.engine._pddl_state.facts), goal)
 
     # ----- planning ----------------------------------------------------------------------------------------
     def _command(self, op: Op | str) -> str | None:

@@ -38,6 +38,19 @@ class Oracle(Protocol):
     def act(self, observation: str, info: Mapping[str, Any]) -> str: ...
 
 
+def dead_end_reason(oracle: Any, env: gym.Env[Any, Any]) -> str | None:
+    """Why `env`'s current state provably cannot be won, from the oracle's optional ``dead_end(env)`` check.
+
+    An oracle may define ``dead_end(env) -> str | None``: a cheap check (no acting, no search) that returns the
+    reason when no continuation can succeed from the current state. None: no such check, or no reason found.
+    """
+    check = getattr(oracle, "dead_end", None)
+    if check is None:
+        return None
+    why = check(env)
+    return None if why is None else str(why)
+
+
 #: Default oracle per env id, as ``"module:Class"`` (imported lazily).
 ORACLES: dict[str, str] = {
     "envkit/Toy-v0": "oracles.toy:ToyOracle",

@@ -212,6 +212,7 @@ def print_summary(summary: dict[str, Any], title: str = "SERO run") -> None:
         "zero_adv_before",
         "zero_adv_after",
         "roots_tried",
+        "dead_roots_skipped",
         "restored_native",
         "restored_replay",
         "replay_diverged",
@@ -229,10 +230,10 @@ def print_summary(summary: dict[str, Any], title: str = "SERO run") -> None:
             v = tot[k]
             table.add_row(k, f"{v:.3f}" if isinstance(v, float) else str(v))
     out_console.print(table)
-    if tot.get("stop_reasons"):
-        out_console.print(
-            escape("oracle stop reasons: " + ", ".join(f"{k} x{v}" for k, v in tot["stop_reasons"].items()))
-        )
+    if tot.get("stop_reasons"):  # one line per reason, whole (reasons contain colons and commas)
+        out_console.print("oracle stop reasons:")
+        for k, v in tot["stop_reasons"].items():
+            out_console.print(escape(f"  {v} x {k}"), soft_wrap=True)
     if ses:
         t2 = Table(title="this session", show_header=True)
         t2.add_column("measure")

@@ -5,7 +5,8 @@
 ``call`` request (one request per worker per round). Restore order: native ``env.restore(snapshot)`` (the env may
 itself fall back to verified replay: ``env.unwrapped.last_restore_kind`` says which); without a usable snapshot,
 `envkit.snapshot.replay` of the recorded action prefix with every observation hash checked (a mismatch drops the
-root, counted as diverged). `OwnerTrackingPool` remembers which worker made each snapshot so that snapshots that
+root, counted as diverged). A restored root the oracle's optional ``dead_end(env)`` check proves unwinnable is not
+continued (``ContinuationOutcome.dead_end``). `OwnerTrackingPool` remembers which worker made each snapshot so that snapshots that
 hold resources (SWE overlay layers) are discarded in their own worker after use.
 
 Example:
@@ -33,7 +34,7 @@ from envkit.core import Root, Step, Trajectory, jsonable
 from envkit.errors import ReplayDivergenceError, SnapshotError
 from envkit.pool import EnvPool, Request, Result
 from envkit.snapshot import ReplayState, SnapshotEnvBase, observation_hash, replay
-from oracles.base import Oracle, make_oracle, oracle_run_from_json, run_oracle
+from oracles.base import Oracle, dead_end_reason, make_oracle, oracle_run_from_json, run_oracle
 
 
 def replay_state_at(traj: Trajectory, t: int) -> ReplayState | None:
@@ -79,6 +80,8 @@ class ContinuationOutcome:
         restore_s: Seconds spent restoring.
         oracle_s: Seconds spent in the oracle's ``start``/``act`` (planning).
         env_s: Seconds spent in ``env.step`` during the continuation.
+        dead_end: The oracle's ``dead_end`` check proved the root cannot be won, so the oracle never ran there
+            (`reason` says why); such roots are replaced by the next candidates (`oracles.pipeline`).
     """
 
     root: Root
@@ -91,6 +94,7 @@ class ContinuationOutcome:
     restore_s: float = 0.0
     oracle_s: float = 0.0
     env_s: float = 0.0
+    dead_end: bool = False
 
 
 class _TimedOracle:
@@ -166,21 +170,23 @@ def continue_from_root(env: gym.Env[Any, Any], job: ContinuationJob) -> Continua
     remote = getattr(env.unwrapped, "run_oracle", None)
     if callable(remote):  # envkit.remote.RemoteEnv: the oracle reads privileged state, so it runs on the server
         t1 = time.perf_counter()
-        run = oracle_run_from_json(remote(job.max_steps, job.oracle_kwargs))
+        answer = remote(job.max_steps, job.oracle_kwargs)
         total = time.perf_counter() - t1
+        if answer.get("dead_end"):
+            return ContinuationOutcome(root, kind, reason=answer["reason"], root_info=info, restore_s=restore_s,
+                                       dead_end=True)  # fmt: skip
+        run = oracle_run_from_json(answer)
         return ContinuationOutcome(
-            root,
-            kind,
-            False,
-            run.steps,
-            run.success and bool(run.steps),
-            run.reason or ("" if run.steps else "no steps"),
-            info,
-            restore_s,
-            0.0,
-            total,
+            root, kind, False, run.steps, run.success and bool(run.steps),
+            run.reason or ("" if run.steps else "no steps"), info, restore_s, 0.0, total,
+        )  # fmt: skip
+    oracle = _oracle(job.env_id, job.oracle_kwargs)
+    why = dead_end_reason(oracle, env)
+    if why is not None:
+        return ContinuationOutcome(
+            root, kind, reason=f"dead root skipped: {why}", root_info=info, restore_s=restore_s, dead_end=True
         )
-    timed = _TimedOracle(_oracle(job.env_id, job.oracle_kwargs))
+    timed = _TimedOracle(oracle)
     t1 = time.perf_counter()
     run = run_oracle(env, timed, obs, info, max_steps=job.max_steps)
     total = time.perf_counter() - t1

@@ -1,7 +1,8 @@
 """The ``envkit-oracle rollout`` engine: policy groups -> SERO roots -> oracle continuations -> step records.
 
 `run(RunConfig(...))` runs G policy rollouts per task through an env pool, selects roots per group, restores and
-continues them with the domain oracle inside the pool's workers, computes reachability weights (a policy scorer in
+continues them with the domain oracle inside the pool's workers (replacing roots the oracle proves dead:
+`continue_roots`), computes reachability weights (a policy scorer in
 this process) and GraphGPO credit, and appends one record unit per task to a resumable `envkit.io.RecordStore`.
 A killed run resumes where it stopped (finished tasks are skipped, none is duplicated) and produces the identical
 output file: every task's result depends only on (seed, task index), never on the chunking or the worker count.
@@ -27,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from envkit.core import Trajectory
+from envkit.core import Root, Trajectory
 from envkit.io import RecordStore
 from envkit.policies import Policy, PolicyInput
 from envkit.pool import EnvFactory, make_pool
@@ -172,6 +173,45 @@ class RunConfig:
         return d
 
 
+#: Rounds of replacement roots after roots were found dead (`continue_roots`).
+DEAD_ROOT_ROUNDS = 8
+
+
+def continue_roots(
+    pool: OwnerTrackingPool,
+    env_id: str,
+    sero: SeroConfig,
+    idx: Sequence[int],
+    groups: Sequence[Sequence[Trajectory]],
+) -> list[list[ContinuationOutcome]]:
+    """Select the roots of each group and continue them; dead roots are replaced (outcomes per group).
+
+    A root the oracle's ``dead_end`` check proves unwinnable comes back at once with ``dead_end`` set (no oracle
+    step is spent on it); the group then gets its next root candidate in its place (never one already tried),
+    for up to `DEAD_ROOT_ROUNDS` rounds, so dead ends do not use up a group's ``roots_per_group``. The dead
+    outcomes stay in the list (counted as ``dead_roots_skipped``). Depends only on the groups, not on the pool.
+    """
+    per_task: list[list[ContinuationOutcome]] = [[] for _ in idx]
+    tried: list[set[str]] = [set() for _ in idx]
+    need = [sero.roots_per_group] * len(idx)
+    for _ in range(1 + DEAD_ROOT_ROUNDS):
+        picks: list[tuple[int, Root]] = []
+        for k, (i, g) in enumerate(zip(idx, groups, strict=True)):
+            if need[k] > 0:
+                cfg_k = dataclasses.replace(sero, roots_per_group=need[k])
+                rs = select_roots(g, group=i, config=cfg_k, exclude=tried[k])
+                tried[k].update(r.observation for r in rs)
+                picks += [(k, r) for r in rs]
+        if not picks:
+            break
+        jobs = [job_for(r, groups[k][r.trajectory], env_id, sero.horizon, **sero.oracle_kwargs) for k, r in picks]
+        need = [0] * len(idx)
+        for (k, _), o in zip(picks, run_continuations(pool, jobs), strict=True):
+            per_task[k].append(o)
+            need[k] += o.dead_end
+    return per_task
+
+
 def task_seed(seed: int, index: int) -> int:
     """Seed of task `index` in a run with `seed` (independent streams per task)."""
     return int(np.random.SeedSequence([seed, index]).generate_state(1)[0] & 0x7FFFFFFF)
@@ -281,36 +321,26 @@ def run(
                     )
                     groups = [trajs[k * cfg.group : (k + 1) * cfg.group] for k in range(len(idx))]
                     t1 = time.perf_counter()
-                    roots = [select_roots(g, group=i, config=sero) for i, g in zip(idx, groups, strict=True)]
-                    jobs = [
-                        job_for(r, g[r.trajectory], cfg.env_id, sero.horizon, **sero.oracle_kwargs)
-                        for g, rs in zip(groups, roots, strict=True)
-                        for r in rs
-                    ]
-                    bar.phase(f"restoring + oracle on {len(jobs)} roots")
-                    outs = run_continuations(pool, jobs)
+                    bar.phase("restoring + oracle on the roots")
+                    per_task = continue_roots(pool, cfg.env_id, sero, idx, groups)
                     # snapshots that hold resources (SWE layers, ALFWorld registries) are released where they live
                     counts["snapshots_released"] += pool.release(discard=track)
                     t2 = time.perf_counter()
-                    per_task: list[list[ContinuationOutcome]] = []
-                    pos = 0
-                    for rs in roots:
-                        per_task.append(outs[pos : pos + len(rs)])
-                        pos += len(rs)
+                    outs = [o for part in per_task for o in part]
                     bare = [[t.without_snapshots() for t in g] for g in groups]
                     timing["rollout_s"] += t1 - t0
                     timing["continue_s"] += t2 - t1
                     for k, n in (
                         ("tasks_run", len(idx)),
                         ("policy_steps", sum(t.length for t in trajs)),
-                        ("continuations", len(jobs)),
+                        ("continuations", sum(not o.dead_end for o in outs)),
                         ("oracle_steps", sum(len(o.steps) for o in outs)),
                     ):
                         counts[k] += n
                     # Weights, credit and the journal append of this chunk overlap the next chunk's env work.
                     settle()
                     in_flight = post.submit(_finish_chunk, cfg, scorer, store, idx, bare, per_task)
-                    bar.advance(len(idx), len(outs), sum(o.success for o in outs))
+                    bar.advance(len(idx), sum(not o.dead_end for o in outs), sum(o.success for o in outs))
                     if on_chunk is not None:
                         on_chunk(len(idx))
                 settle()

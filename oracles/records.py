@@ -2,7 +2,7 @@
 
 `task_records` turns one task group (policy trajectories, SERO continuations, their weights and GraphGPO credit)
 into one record per step with the fields of `STEP_FIELDS`; `task_stats` counts what happened (roots tried,
-restored native/replay, diverged, continued to success, ...); `summarize` adds the counters of every task (kept in
+dead roots skipped, restored native/replay, diverged, continued to success, ...); `summarize` adds the counters of every task (kept in
 the journal, so a resumed run's summary covers all tasks) and derives the rates.
 """
 
@@ -151,8 +151,10 @@ def task_stats(
     trajs: Sequence[Trajectory], outcomes: Sequence[ContinuationOutcome], weighted: Sequence[Any]
 ) -> dict[str, Any]:
     ok = [t for t in trajs if not t.failed]
-    rescued = {o.root.trajectory for o in outcomes if o.success}
     wts = [v for w, o in zip(weighted, outcomes, strict=True) if o.success for v in w.weights]
+    dead = sum(o.dead_end for o in outcomes)
+    outcomes = [o for o in outcomes if not o.dead_end]  # proved unwinnable and never continued
+    rescued = {o.root.trajectory for o in outcomes if o.success}
     return {
         "trajectories": len(trajs),
         "failed_to_run": len(trajs) - len(ok),
@@ -160,6 +162,7 @@ def task_stats(
         "policy_successes": sum(t.success for t in ok),
         "rescued_trajectories": len(rescued),
         "roots_tried": len(outcomes),
+        "dead_roots_skipped": dead,
         "restored_native": sum(o.restored_by == "native" for o in outcomes),
         "restored_replay": sum(o.restored_by == "replay" for o in outcomes),
         "replay_diverged": sum(o.diverged for o in outcomes),
@@ -174,7 +177,7 @@ def task_stats(
         "zero_adv_before": len({t.success for t in ok}) <= 1,
         # the group's episodes for training: its policy episodes plus the successful oracle continuations
         "zero_adv_after": len({t.success for t in ok} | ({True} if rescued else set())) <= 1,
-        "stop_reasons": dict(Counter(o.reason.split(":")[0][:60] for o in outcomes if not o.success)),
+        "stop_reasons": dict(Counter(o.reason for o in outcomes if not o.success)),  # whole reasons
         "restore_s": sum(o.restore_s for o in outcomes),
         "oracle_s": sum(o.oracle_s for o in outcomes),
         "oracle_env_s": sum(o.env_s for o in outcomes),
@@ -186,7 +189,7 @@ def summarize(stats: Sequence[Mapping[str, Any]], session: Mapping[str, Any] | N
     keys = [
         k for k in (stats[0] if stats else {}) if isinstance(stats[0][k], int | float | bool) and k != "stop_reasons"
     ]
-    tot: dict[str, Any] = {k: sum(s[k] for s in stats) for k in keys}
+    tot: dict[str, Any] = {k: sum(s.get(k, 0) for s in stats) for k in keys}  # older journals lack new keys
     for k in ("group_success_before", "group_success_after", "zero_adv_before", "zero_adv_after"):
         if k in tot:
             tot[k] = int(tot[k])

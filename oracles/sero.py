@@ -33,7 +33,7 @@ Example:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -150,13 +150,16 @@ def reaching_success(graph: TransitionGraph) -> set[str]:
     return seen
 
 
-def select_roots(trajs: Sequence[Trajectory], *, group: int, config: SeroConfig) -> list[Root]:
+def select_roots(
+    trajs: Sequence[Trajectory], *, group: int, config: SeroConfig, exclude: Collection[str] = ()
+) -> list[Root]:
     """Roots of one task group (METHODS section 4, step 1); see the module docstring.
 
     Args:
         trajs: The group's G trajectories (with snapshots when recorded).
         group: The group's index (kept in each Root).
         config: SERO settings (``roots_per_group``, ``min_budget``, ``horizon``).
+        exclude: Observations never to pick (the pipeline passes roots already tried, e.g. ones found dead).
 
     Returns:
         Up to ``roots_per_group`` roots, deepest first (ties: lower trajectory index first).
@@ -173,7 +176,7 @@ def select_roots(trajs: Sequence[Trajectory], *, group: int, config: SeroConfig)
         last_t = traj.length - 1 if traj.done else traj.length  # a terminal state cannot be continued
         for t in range(last_t + 1):
             budget = config.horizon - t
-            if budget < config.min_budget or obs[t] in known:
+            if budget < config.min_budget or obs[t] in known or obs[t] in exclude:
                 continue
             root = Root(
                 group=group,

@@ -53,6 +53,7 @@ class EnvkitEnvironment(Environment[EnvkitAction, EnvkitObservation, EnvkitState
         self._state = EnvkitState(env_id=env_id)
         #: The (observation, info) of the current state (the oracle endpoint starts from it).
         self.current: tuple[str, dict[str, Any]] = ("", {})
+        self._oracles: dict[str, Any] = {}
 
     def reset(
         self, seed: int | None = None, episode_id: str | None = None, options: Mapping[str, Any] | None = None, **_: Any
@@ -87,11 +88,17 @@ class EnvkitEnvironment(Environment[EnvkitAction, EnvkitObservation, EnvkitState
 
     def run_oracle(self, max_steps: int, oracle_kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The env's domain oracle from the current state (SERO continuation), as JSON."""
-        from oracles.base import make_oracle, oracle_run_from_json, oracle_run_to_json, run_oracle
+        from oracles.base import dead_end_reason, make_oracle, oracle_run_from_json, oracle_run_to_json, run_oracle
 
         obs, info = self.current
-        out = oracle_run_to_json(run_oracle(self.env, make_oracle(self.env_id, **dict(oracle_kwargs)), obs, info,
-                                            max_steps=max_steps))  # fmt: skip
+        key = repr(sorted(oracle_kwargs.items()))
+        if key not in self._oracles:
+            self._oracles[key] = make_oracle(self.env_id, **dict(oracle_kwargs))
+        oracle = self._oracles[key]
+        why = None if getattr(self.env.unwrapped, "evaluation", False) else dead_end_reason(oracle, self.env)
+        if why is not None:  # SERO replaces provably dead roots (oracles.continuation)
+            return {"steps": [], "success": False, "reason": f"dead root skipped: {why}", "dead_end": True}
+        out = oracle_run_to_json(run_oracle(self.env, oracle, obs, info, max_steps=max_steps))
         run = oracle_run_from_json(out)
         if run.steps:
             self.current = (run.steps[-1].next_observation, dict(run.steps[-1].info))

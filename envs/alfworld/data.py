@@ -7,8 +7,14 @@ The standard layout made by ``alfworld-download`` is read::
 A trial's ``game.tw-pddl`` is used when present (a full download has them). Otherwise it is built with the
 installed alfworld package's own recipe (its PDDL domain ``ALFRED_PDDL_PATH``, its grammar ``ALFRED_TWL2_PATH``
 with the task description added by ``add_task_to_grammar``) and cached OUTSIDE the data dir, under
-``cache_dir`` (default ``$ENVKIT_CACHE/alfworld``, else ``~/.cache/envkit/alfworld``), mirroring the layout.
-Files are written atomically, so parallel workers can build the same game.
+``cache_dir`` (default ``$ENVKIT_CACHE/alfworld``, else ``~/.cache/envkit/alfworld``) under ``v<BUILD_VERSION>/``,
+mirroring the layout. Files are written atomically, so parallel workers can build the same game.
+
+Built files are deterministic: alfworld's ``add_task_to_grammar`` picks the task sentence's template with the
+global `random` (so two fresh caches gave different task text), while `build_game` picks it with a
+`random.Random` seeded from the trial id (`Game.rel`), from the same templates. A game's text then depends only
+on its trial, whatever the cache held before; `BUILD_VERSION` (in the cache path) keeps files built the old way
+from being reused.
 
 Example:
     >>> from envs.alfworld.data import find_games
@@ -18,8 +24,10 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import random
 import tempfile
 from dataclasses import dataclass
 from functools import cached_property
@@ -37,6 +45,8 @@ TASK_TYPES: tuple[str, ...] = (
     "pick_two_obj_and_place",
 )
 SPLITS: tuple[str, ...] = ("train", "valid_seen", "valid_unseen")
+#: Version of built game files, part of their cache path (2: the task sentence comes from a trial-seeded RNG).
+BUILD_VERSION = 2
 
 _HOW_TO_GET = (
     "Get the data with `pip install alfworld==0.4.2 && alfworld-download` (it writes to $ALFWORLD_DATA, default "
@@ -90,10 +100,10 @@ class Game:
         own = self.trial_dir / "game.tw-pddl"
         if own.exists():
             return own
-        built = self.cache_dir / self.rel / "game.tw-pddl"
+        built = self.cache_dir / f"v{BUILD_VERSION}" / self.rel / "game.tw-pddl"
         if not built.exists():
             built.parent.mkdir(parents=True, exist_ok=True)
-            data = build_game(self.trial_dir)
+            data = build_game(self.trial_dir, self.rel)
             fd, tmp = tempfile.mkstemp(dir=built.parent, suffix=".tmp")
             with os.fdopen(fd, "w") as f:
                 json.dump(data, f)
@@ -101,15 +111,39 @@ class Game:
         return built
 
 
-def build_game(trial_dir: Path) -> dict[str, object]:
-    """The ``game.tw-pddl`` content for a trial, with alfworld's own domain and grammar (its recipe)."""
-    from alfworld.agents.utils.misc import add_task_to_grammar
+def task_rng(trial_id: str) -> random.Random:
+    """The RNG of a trial's build: seeded from the trial id only (stable across processes and machines)."""
+    return random.Random(int.from_bytes(hashlib.sha256(trial_id.encode()).digest()[:8], "big"))
+
+
+def task_description(traj: dict[str, object], rng: random.Random) -> str:
+    """alfworld's ``get_templated_task_desc`` (its goal library's templates), the template drawn from `rng`."""
+    import alfworld.gen.goal_library as glib
+
+    params: dict[str, object] = traj["pddl_params"]  # type: ignore[assignment]
+    goal = str(traj["task_type"]) + ("_slice" if params["object_sliced"] else "")
+    template = rng.choice(glib.gdict[goal]["templates"])
+    return str(template).format(
+        obj=str(params["object_target"]).lower(),
+        recep=str(params["parent_target"]).lower(),
+        toggle=str(params["toggle_target"]).lower(),
+        mrecep=str(params["mrecep_target"]).lower(),
+    )
+
+
+def build_game(trial_dir: Path, trial_id: str) -> dict[str, object]:
+    """The ``game.tw-pddl`` content for a trial, with alfworld's own domain and grammar (its recipe).
+
+    The task sentence replaces the grammar's ``UNKNOWN GOAL`` as ``add_task_to_grammar`` does (templated, never
+    the human annotations: its ``goal_desc_human_anns_prob`` is 0), with the template drawn by `task_rng`.
+    """
     from alfworld.info import ALFRED_PDDL_PATH, ALFRED_TWL2_PATH
 
     traj = json.loads((trial_dir / "traj_data.json").read_text())
+    grammar = Path(ALFRED_TWL2_PATH).read_text().replace("UNKNOWN GOAL", task_description(traj, task_rng(trial_id)))
     return {
         "pddl_domain": Path(ALFRED_PDDL_PATH).read_text(),
-        "grammar": add_task_to_grammar(Path(ALFRED_TWL2_PATH).read_text(), traj),
+        "grammar": grammar,
         "pddl_problem": (trial_dir / "initial_state.pddl").read_text(),
         "solvable": True,
     }

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["DeadEnd", "Goal", "Op", "PlanningError", "World", "command_for", "parse_goal", "plan"]
+__all__ = ["DeadEnd", "Goal", "Op", "PlanningError", "World", "command_for", "dead_end", "parse_goal", "plan"]
 
 _CONDITION = {
     "pick_clean_then_place_in_recep": ("isclean", "cleanobject", "sinkbasintype"),
@@ -241,6 +241,25 @@ def satisfied(w: World, g: Goal) -> bool:
     return any(n >= g.count for n in per.values())
 
 
+def dead_end(w: World, g: Goal) -> str | None:
+    """Why the engine cannot reach `g` from `w` at all, or None when this check finds no reason (~1 ms).
+
+    The one dead end known in ALFWorld's engine: the agent holds an object that is not the goal's and that no
+    receptacle can contain, so its hands can never be freed to pick up what the goal needs.
+    """
+    if satisfied(w, g):
+        return None
+    h = w.holding
+    if h is not None and w.otype.get(h) != g.obj_type:
+        ot = w.otype.get(h)
+        if not any((rt, ot) in w.can_contain for rt in set(w.rtype.values())):
+            return (
+                f"the agent holds {h}, which no receptacle can contain (no canContain fact for {ot}), so it can "
+                "never put it down and pick up what the goal needs: the game cannot be won from this state"
+            )
+    return None
+
+
 def plan(w: World, g: Goal) -> list[Op]:
     """The shortest plan this planner finds from `w` to `g` (``[]`` when already satisfied).
 
@@ -251,14 +270,9 @@ def plan(w: World, g: Goal) -> list[Op]:
     """
     if satisfied(w, g):
         return []
-    h = w.holding
-    if h is not None and w.otype.get(h) != g.obj_type:
-        ot = w.otype.get(h)
-        if not any((rt, ot) in w.can_contain for rt in set(w.rtype.values())):
-            raise DeadEnd(
-                f"the agent holds {h}, which no receptacle can contain (no canContain fact for {ot}), so it can "
-                "never put it down and pick up what the goal needs: the game cannot be won from this state"
-            )
+    why = dead_end(w, g)
+    if why is not None:
+        raise DeadEnd(why)
     objs = sorted(o for o, t in w.otype.items() if t == g.obj_type and o in w.pickupable)
     objs = [o for o in objs if o == w.holding or o in w.inside]
     candidates: list[list[Op]] = []

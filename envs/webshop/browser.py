@@ -34,6 +34,7 @@ from envkit.snapshot import Snapshot
 from envs.webshop.catalog import DEFAULT_TEST_GOALS
 from envs.webshop.env import EpisodeState, WebShopConfig, WebShopEnvBase
 from envs.webshop.render import parse_html
+from envs.webshop.reward import DEFAULT_REWARD_MODE
 from envs.webshop.server import ShopServer
 from envs.webshop.shop import Element, ShopState, check_action, state_from_path, state_path
 
@@ -84,9 +85,18 @@ class WebShopBrowserEnv(WebShopEnvBase):
         chromedriver: str | None = None,
         page_timeout: float = 20.0,
         evaluation: bool = False,
+        reward_mode: str = DEFAULT_REWARD_MODE,
     ):
         config = WebShopConfig(
-            data_dir, observation_mode, split, test_goals, human_goals, num_products, max_steps, catalog_seed
+            data_dir,
+            observation_mode,
+            split,
+            test_goals,
+            human_goals,
+            num_products,
+            max_steps,
+            catalog_seed,
+            reward_mode,
         )
         super().__init__(config, evaluation=evaluation)
         require("selenium.webdriver", extra="browser", what="envkit/WebShopBrowser-v0")  # fail at make, not at reset
@@ -169,7 +179,10 @@ class WebShopBrowserEnv(WebShopEnvBase):
         parts = urlsplit(str(href))
         path = "/" + parts.path.lstrip("/").partition("/")[2]
         session = self._server.sessions[self._sid]
-        shop = state_from_path(path, parts.query, session.visited, self.core.catalog, self.goal, self.core.engine)
+        core = self.core
+        shop = state_from_path(
+            path, parts.query, session.visited, core.catalog, self.goal, core.engine, core.config.reward_mode
+        )
         self._reward = 0.0
         if shop.page == "done":
             self._reward = float(reward)

@@ -13,7 +13,8 @@ Constructor keywords (all optional): ``data_dir`` (WebShop's data files; default
 a product file, else the embedded catalog), ``observation_mode`` (``text`` | ``text_rich`` | ``html``),
 ``split`` (``train`` | ``test`` | ``all``: which goals a reset without ``goal_index`` draws from; test = the first
 500 goals as in verl-agent), ``test_goals``, ``human_goals``, ``num_products``, ``max_steps`` (15, verl-agent's
-limit; the step that reaches it is truncated), ``catalog_seed``, ``evaluation``.
+limit; the step that reaches it is truncated), ``catalog_seed``, ``evaluation``, ``reward_mode`` (``upstream``,
+the default: upstream's ``get_reward``; ``legacy``: envkit's earlier score, see `envs.webshop.reward_legacy`).
 
 Reward: 0 on every step except ``click[buy now]``, which ends the episode with WebShop's score in [0, 1]
 (`envs.webshop.reward`). ``info``: ``admissible_actions``, ``success``/``won`` (score == 1.0), ``invalid``,
@@ -30,7 +31,7 @@ from typing import Any, SupportsFloat
 from envkit.snapshot import Snapshot, SnapshotEnvBase
 from envs.webshop.catalog import DEFAULT_TEST_GOALS, Catalog, Goal, load_catalog
 from envs.webshop.render import OBSERVATION_MODES, render_html, to_text, to_text_rich
-from envs.webshop.reward import get_reward
+from envs.webshop.reward import DEFAULT_REWARD_MODE, REWARD_MODES, get_reward
 from envs.webshop.search import SearchEngine, engine_for
 from envs.webshop.shop import (
     Element,
@@ -57,8 +58,11 @@ class WebShopConfig:
     num_products: int | None = None
     max_steps: int = 15
     catalog_seed: int = 0
+    reward_mode: str = DEFAULT_REWARD_MODE
 
     def __post_init__(self) -> None:
+        if self.reward_mode not in REWARD_MODES:
+            raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {self.reward_mode!r}")
         if self.observation_mode not in OBSERVATION_MODES:
             raise ValueError(f"observation_mode must be one of {OBSERVATION_MODES}, got {self.observation_mode!r}")
         if self.split not in ("train", "test", "all"):
@@ -129,7 +133,9 @@ class WebShopCore:
             page = render_html(
                 state.shop,
                 elements,
-                lambda key: relative_href(state_path(click(state.shop, key, self.catalog, goal))),
+                lambda key: relative_href(
+                    state_path(click(state.shop, key, self.catalog, goal, self.config.reward_mode))
+                ),
                 "search",
             )
         if state.feedback:
@@ -157,7 +163,8 @@ class WebShopCore:
         }
         if shop.page == "done":
             p = self.catalog.by_asin[shop.asin or ""]
-            info["reward_info"] = get_reward(p, goal, self.catalog.prices[p.asin], shop.options_dict()).as_dict()
+            price, opts = self.catalog.prices[p.asin], shop.options_dict()
+            info["reward_info"] = get_reward(p, goal, price, opts, self.config.reward_mode).as_dict()
         return info
 
 
@@ -222,9 +229,18 @@ class WebShopEnv(WebShopEnvBase):
         max_steps: int = 15,
         catalog_seed: int = 0,
         evaluation: bool = False,
+        reward_mode: str = DEFAULT_REWARD_MODE,
     ):
         config = WebShopConfig(
-            data_dir, observation_mode, split, test_goals, human_goals, num_products, max_steps, catalog_seed
+            data_dir,
+            observation_mode,
+            split,
+            test_goals,
+            human_goals,
+            num_products,
+            max_steps,
+            catalog_seed,
+            reward_mode,
         )
         super().__init__(config, evaluation=evaluation)
         self._elements: tuple[Element, ...] = ()
@@ -250,7 +266,10 @@ class WebShopEnv(WebShopEnvBase):
 
     def _step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
         st = self._state
-        shop, why = transition(st.shop, action, self.core.catalog, self.core.goal(st.goal_index), self.core.engine)
+        core = self.core
+        shop, why = transition(
+            st.shop, action, core.catalog, core.goal(st.goal_index), core.engine, core.config.reward_mode
+        )
         terminated, truncated = self._advance(action, shop, why)
         obs, info = self._observe()
         reward = float(shop.score or 0.0) if terminated else 0.0

@@ -91,7 +91,7 @@ class ShopServer:
         session = self.sessions.get(sid)
         if session is None:
             return 404, _error(f"unknown session {sid!r}"), None
-        cat, engine = self.core.catalog, self.core.engine
+        cat, engine, mode = self.core.catalog, self.core.engine, self.core.config.reward_mode
         goal = self.core.goal(session.goal_index)
         if path == "/search":
             raw = parse_qs(query, keep_blank_values=True).get("q", [""])[0]
@@ -103,7 +103,7 @@ class ShopServer:
             with self._lock:
                 if path in ("", "/"):
                     session.visited = ()
-                state = state_from_path(path, query, session.visited, cat, goal, engine)
+                state = state_from_path(path, query, session.visited, cat, goal, engine, mode)
                 if state.page == "item" and state.asin not in session.visited:
                     session.visited = tuple(sorted((*session.visited, state.asin or "")))
         except (ValueError, KeyError) as exc:
@@ -112,7 +112,7 @@ class ShopServer:
         page = render_html(
             state,
             elements,
-            lambda key: relative_href(state_path(click(state, key, cat, goal))),
+            lambda key: relative_href(state_path(click(state, key, cat, goal, mode))),
             "search",
         )
         return 200, page, None

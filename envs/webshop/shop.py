@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlencode
 
 from envs.webshop.catalog import Catalog, Goal
-from envs.webshop.reward import get_reward
+from envs.webshop.reward import DEFAULT_REWARD_MODE, get_reward
 from envs.webshop.search import RESULTS_PER_PAGE
 
 if TYPE_CHECKING:
@@ -184,7 +184,12 @@ def check_action(action: str, page: str, elements: tuple[Element, ...]) -> tuple
 
 
 def transition(
-    state: ShopState, action: str, catalog: Catalog, goal: Goal, engine: SearchEngine
+    state: ShopState,
+    action: str,
+    catalog: Catalog,
+    goal: Goal,
+    engine: SearchEngine,
+    reward_mode: str = DEFAULT_REWARD_MODE,
 ) -> tuple[ShopState, str | None]:
     """Apply `action`; returns ``(new state, None)`` or ``(state, why it is invalid)``."""
     verb, arg, why = check_action(action, state.page, page_elements(state, catalog, goal))
@@ -192,11 +197,13 @@ def transition(
         return state, why
     if verb == "search":
         return ShopState("results", arg, 1, engine.search(arg), visited=state.visited), None
-    return click(state, arg, catalog, goal), None
+    return click(state, arg, catalog, goal, reward_mode), None
 
 
-def click(state: ShopState, key: str, catalog: Catalog, goal: Goal) -> ShopState:
-    """The state after clicking `key` (assumed present on the page)."""
+def click(
+    state: ShopState, key: str, catalog: Catalog, goal: Goal, reward_mode: str = DEFAULT_REWARD_MODE
+) -> ShopState:
+    """The state after clicking `key` (assumed present on the page); a purchase is scored with `reward_mode`."""
     if key == BACK:
         return ShopState()
     if key == NEXT:
@@ -211,7 +218,7 @@ def click(state: ShopState, key: str, catalog: Catalog, goal: Goal) -> ShopState
         return replace(state, page="sub", sub=key)
     if key == BUY:
         p = catalog.by_asin[state.asin or ""]
-        info = get_reward(p, goal, catalog.prices[p.asin], state.options_dict())
+        info = get_reward(p, goal, catalog.prices[p.asin], state.options_dict(), reward_mode)
         return replace(state, page="done", score=info.score)
     if state.page == "results":
         asin = key.upper()
@@ -251,7 +258,13 @@ def relative_href(path: str) -> str:
 
 
 def state_from_path(
-    path: str, query_string: str, visited: tuple[str, ...], catalog: Catalog, goal: Goal, engine: SearchEngine
+    path: str,
+    query_string: str,
+    visited: tuple[str, ...],
+    catalog: Catalog,
+    goal: Goal,
+    engine: SearchEngine,
+    reward_mode: str = DEFAULT_REWARD_MODE,
 ) -> ShopState:
     """Invert `state_path` (results are recomputed by the same search); raises ValueError on a bad URL."""
     q = {k: v[0] for k, v in parse_qs(query_string, keep_blank_values=True).items()}
@@ -276,5 +289,6 @@ def state_from_path(
         return replace(state, page="sub", sub=q["tab"])
     if page == "done":
         p = catalog.by_asin[asin]
-        return replace(state, page="done", score=get_reward(p, goal, catalog.prices[asin], dict(options)).score)
+        score = get_reward(p, goal, catalog.prices[asin], dict(options), reward_mode).score
+        return replace(state, page="done", score=score)
     raise ValueError(f"unknown page {path!r}")

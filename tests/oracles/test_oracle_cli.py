@@ -231,3 +231,26 @@ def test_sigkill_and_resume_gives_the_identical_file(tmp_path):
     whole = tmp_path / "whole.parquet"
     run(RunConfig(**cfg, out=str(whole)))
     assert killed.read_bytes() == whole.read_bytes()
+
+
+def test_inspect_prints_whole_stop_reasons_and_dead_roots(tmp_path):
+    """Stop reasons are kept and printed whole, one per line (they contain colons and commas), with dead roots."""
+    from envkit.core import Root
+    from oracles.continuation import ContinuationOutcome
+    from oracles.records import summarize, task_stats
+    from oracles.sero import Weighted
+
+    why = "oracle gave up: fast-downward found no plan within 20 s: the agent holds x, which no receptacle accepts"
+    root = Root(0, 0, 1, "obs")
+    outs = [ContinuationOutcome(root, "native", reason=why)]
+    outs += [ContinuationOutcome(root, "native", reason="dead root skipped: no", dead_end=True)] * 3
+    stats = task_stats([], outs, [Weighted((), ())] * 4)
+    assert (stats["roots_tried"], stats["dead_roots_skipped"], stats["stop_reasons"]) == (1, 3, {why: 1})
+    summary = summarize([stats])
+    assert summary["totals"]["stop_reasons"] == {why: 1} and summary["totals"]["dead_roots_skipped"] == 3
+    (tmp_path / "run.parquet.summary.json").write_text(json.dumps(summary))
+    res = runner.invoke(app, ["inspect", str(tmp_path / "run.parquet.summary.json")], env={"COLUMNS": "300"})
+    assert res.exit_code == 0, res.output
+    text = _plain(res.output)
+    assert f"1 x {why}" in text
+    assert re.search(r"dead_roots_skipped\W+3", text)

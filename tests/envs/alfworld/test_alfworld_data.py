@@ -36,7 +36,7 @@ def test_game_file_is_built_in_the_cache_with_alfworlds_recipe(alfworld_data, tm
     rels = _mini_data(alfworld_data, data, 1)
     game = find_games(data, cache_dir=tmp_path / "cache")[0]
     path = game.gamefile()
-    assert path == tmp_path / "cache" / rels[0] / "game.tw-pddl"
+    assert path == tmp_path / "cache" / "v2" / rels[0] / "game.tw-pddl"
     built = json.loads(path.read_text())
     assert built["solvable"] is True
     assert built["pddl_domain"] == open(ALFRED_PDDL_PATH).read()
