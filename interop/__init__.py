@@ -6,5 +6,6 @@
 - `interop.verl`: a verl ``AgentLoopBase`` registered as ``envkit``.
 
 Each works with local envs or with envs on an ``envkit-serve`` server (``remote="http://..."``). Layer: above
-``envkit``/``envs`` (the verl loop uses ``trainers``' nothing; it imports verl). docs/interop.md has examples.
+``envkit`` (imports nothing from ``oracles`` or ``trainers``); each module imports its framework, so import the one
+you use. docs/interop.md has the examples.
 """

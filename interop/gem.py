@@ -28,7 +28,7 @@ class EnvkitGemEnv(Env):
         super().__init__()
         self.envkit_id = envkit_id
         self.make_kwargs = dict(make_kwargs)
-        self.env = envkit.make(envkit_id, **self.make_kwargs)
+        self.env: Any = envkit.make(envkit_id, **self.make_kwargs)
         self.seed = int(seed)
         self._episodes = 0
         self._rng = np.random.default_rng(self.seed)

@@ -72,7 +72,8 @@ class EnvkitAgentLoop(AgentLoopBase):
                     assistant_logprobs=out.log_probs or None,
                 )  # fmt: skip
                 ids, logprobs, turns = merged.token_ids, list(lp or []), turns + 1
-                action = self.tokenizer.decode(out.token_ids, skip_special_tokens=True).strip()
+                tok: Any = self.tokenizer
+                action = tok.decode(out.token_ids, skip_special_tokens=True).strip()
                 messages.append({"role": "assistant", "content": action})
                 actions.append(action)
                 t1 = loop.time()

@@ -40,7 +40,7 @@ class RemotePool(EnvPool):
         self.factory = factory
         self.size = size
         self.restarts = 0
-        self.envs = [factory() for _ in range(size)]
+        self.envs: list[Any] = [factory() for _ in range(size)]
         self._threads = ThreadPoolExecutor(max_workers=size, thread_name_prefix="envkit-remote")
 
     def call_many(self, requests: Sequence[Request]) -> list[Result]:
