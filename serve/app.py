@@ -280,7 +280,7 @@ def build_app(
                     data = msg.get("data") or {}
                     if kind == "step" and "text" in data and "action" not in data:  # OpenEnv: data is the action
                         data = {"action": data["text"], **{k: v for k, v in data.items() if k != "text"}}
-                    out = await server.handle(s, kind, data)
+                    out = await server.handle(table.get(s.id), kind, data)  # an expired session is refused
                     reply = {"type": "state" if kind == "state" else "observation" if "observation" in out else kind,
                              "data": out}  # fmt: skip
                 except Exception as exc:

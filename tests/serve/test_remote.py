@@ -106,9 +106,14 @@ def test_bearer_token_session_limit_and_idle_expiry(make_server):
         envs[2].reset(seed=0)
     envs[1].close()
     assert envs[2].reset(seed=0)[0].startswith("You are at cell")
-    time.sleep(3)  # both sessions idle past 1 s: expired
+    ws = envkit.make(TOY, remote=srv.url.replace("http", "ws"), token="s3cret")
+    envs[2].close()
+    ws.reset(seed=0)
+    time.sleep(3)  # the sessions idle past 1 s: expired, with the WebSocket one
     with pytest.raises(SessionLostError, match="expired"):
         envs[0].step("right")
+    with pytest.raises(SessionLostError, match="expired"):
+        ws.step("right")
     assert envs[0].server_info["idle_timeout_s"] == 1.0
 
 
@@ -185,3 +190,19 @@ def test_alfworld_native_snapshots_stay_on_the_server_and_pass_the_contract(make
     assert sorted(report.rules) == [1, 2, 3, 4, 5, 6]
     check_env(env, skip_render_check=True)
     env.close()
+
+
+@pytest.mark.slow
+def test_envkit_serve_refuses_an_unknown_id_with_a_suggestion():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("openenv.core.env_server", reason="envkit-serve needs: pip install 'envkit[serve]'")
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "PYTHONPATH": f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    out = subprocess.run([sys.executable, "-m", "serve.cli", "envkit/Webshop-v0"], env=env, capture_output=True,
+                         text=True, timeout=300)  # fmt: skip
+    assert out.returncode == 2
+    assert "unknown environment id 'envkit/Webshop-v0'. Did you mean 'envkit/WebShop-v0'?" in out.stderr
