@@ -53,9 +53,16 @@ def serve(
     log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
 ) -> None:
     """Serve ENV_ID: many sessions per process, each with its own env; snapshots stay here as handles."""
+    from envkit.errors import EnvkitError, require
+
+    try:
+        for mod in ("openenv.core.env_server", "fastapi", "uvicorn"):
+            require(mod, "serve", what="envkit-serve")
+    except EnvkitError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from exc
     import uvicorn
 
-    from envkit.errors import EnvkitError
     from serve.app import build_app
 
     token = token if token is not None else os.environ.get("ENVKIT_SERVE_TOKEN") or None
