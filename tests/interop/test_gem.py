@@ -10,7 +10,9 @@ import pickle
 
 import pytest
 
-gem = pytest.importorskip("gem", reason="pip install 'envkit[interop]' (.ci/install.d/40-interop.sh)")
+gem = pytest.importorskip(
+    "gem", reason="needs the interop venv: bash .ci/install.d/40-interop.sh, then .venv-interop/bin/python -m pytest"
+)
 
 from gem.wrappers.episode_tracking_wrapper import EpisodeTrackingWrapper  # noqa: E402
 

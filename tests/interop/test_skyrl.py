@@ -5,7 +5,10 @@ from __future__ import annotations
 import gymnasium
 import pytest
 
-skyrl_gym = pytest.importorskip("skyrl_gym", reason="pip install 'envkit[interop]' (.ci/install.d/40-interop.sh)")
+skyrl_gym = pytest.importorskip(
+    "skyrl_gym",
+    reason="needs the interop venv: bash .ci/install.d/40-interop.sh, then .venv-interop/bin/python -m pytest",
+)
 
 from skyrl_gym.envs.base_text_env import BaseTextEnv  # noqa: E402
 

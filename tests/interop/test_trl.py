@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-trl = pytest.importorskip("trl", reason="pip install 'envkit[interop]' (.ci/install.d/40-interop.sh)")
+trl = pytest.importorskip(
+    "trl", reason="needs the interop venv: bash .ci/install.d/40-interop.sh, then .venv-interop/bin/python -m pytest"
+)
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
 from interop.trl import trl_environment  # noqa: E402

@@ -14,7 +14,8 @@ import asyncio
 import pytest
 
 pytest.importorskip(
-    "verl.experimental.agent_loop", reason="pip install 'envkit[interop]' (.ci/install.d/40-interop.sh)"
+    "verl.experimental.agent_loop",
+    reason="needs the interop venv: bash .ci/install.d/40-interop.sh, then .venv-interop/bin/python -m pytest",
 )
 pytestmark = pytest.mark.slow  # imports verl, ray, hydra, transformers
 

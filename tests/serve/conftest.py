@@ -32,7 +32,10 @@ class Server:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> Server:
-        pytest.importorskip("openenv.core.env_server", reason="envkit-serve needs: pip install 'envkit[serve]'")
+        pytest.importorskip(
+            "openenv.core.env_server",
+            reason="envkit-serve needs pip install 'envkit[serve]' (or the venv of .ci/install.d/40-interop.sh)",
+        )
         env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         cmd = [sys.executable, "-m", "serve.cli", self.env_id, "--port", str(self.port), *self.args]
         self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL)

@@ -199,7 +199,10 @@ def test_envkit_serve_refuses_an_unknown_id_with_a_suggestion():
     import sys
     from pathlib import Path
 
-    pytest.importorskip("openenv.core.env_server", reason="envkit-serve needs: pip install 'envkit[serve]'")
+    pytest.importorskip(
+        "openenv.core.env_server",
+        reason="envkit-serve needs pip install 'envkit[serve]' (or the venv of .ci/install.d/40-interop.sh)",
+    )
     repo = Path(__file__).resolve().parents[2]
     env = {**os.environ, "PYTHONPATH": f"{repo}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     out = subprocess.run([sys.executable, "-m", "serve.cli", "envkit/Webshop-v0"], env=env, capture_output=True,
