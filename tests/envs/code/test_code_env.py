@@ -145,7 +145,9 @@ def test_mbpp_env_oracle_and_multi_turn(tmp_path, verifier):
     obs, r, term, _, info = env.step("```python\ndef is_not_prime(n):\n    return n > 20\n```")
     # reward_mode "all" stops at the first failing test: `passed` counts the tests before it.
     assert (r, term, info["passed"], info["total"], info["verdict"]) == (0.0, False, 1, 3, "wrong")
-    assert "is_not_prime(10)" in obs and "1 attempt left" in obs
+    # Feedback says which test failed and how, never the test itself (its input, expected value or code).
+    assert "test 2 of 3 failed: wrong answer" in obs and "1 attempt left" in obs
+    assert "is_not_prime(10)" not in obs and "True" not in obs
     obs, r, term, _, info = env.step("```python\n" + MBPP[1]["code"] + "\n```")
     assert (r, term, info["success"], info["won"]) == (1.0, True, True, True)
 
