@@ -248,7 +248,9 @@ class Server:
         self.free.pop()  # only now: a failure above leaves the slot free (the request gets an error answer)
         self.jobs[rid] = job
 
-    def _fork_candidate(self, cgroups: list[int], fds: list[int], slot: dict[str, Any], workdir: str, limits: Any) -> int:
+    def _fork_candidate(
+        self, cgroups: list[int], fds: list[int], slot: dict[str, Any], workdir: str, limits: Any
+    ) -> int:
         """Fork the candidate G as PID 1 of a new PID namespace (unshare, fork, then setns back to ours)."""
         if self.pidns_fd is not None and _libc.unshare(CLONE_NEWPID) != 0:
             raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWPID)")

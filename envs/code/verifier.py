@@ -51,14 +51,20 @@ class CodeVerifierConfig:
     Attributes:
         reward_mode: ``"all"`` (1.0 iff all tests pass) or ``"fraction"`` (share of tests passed).
         sandbox: The sandbox's settings (slots, time and memory limits, ...).
+        check_path: ``"auto"``: problems whose tests are literal asserts are judged here, on the outputs as plain
+            data (`envs.code.cases`), the others by the sandbox's judge process; ``"judge"``: every problem by the
+            judge process (one more fork per check).
     """
 
     reward_mode: str = "all"
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    check_path: str = "auto"
 
     def __post_init__(self) -> None:
         if self.reward_mode not in REWARD_MODES:
             raise ValueError(f"CodeVerifierConfig.reward_mode must be one of {REWARD_MODES}, got {self.reward_mode!r}")
+        if self.check_path not in ("auto", "judge"):
+            raise ValueError(f"CodeVerifierConfig.check_path must be 'auto' or 'judge', got {self.check_path!r}")
 
 
 @dataclass(frozen=True)
@@ -117,7 +123,7 @@ class CodeVerifier:
         """The sandbox job that checks `code` against `problem` (a calls job on the literal path, else a judge
         job)."""
         entry = problem.entry_point
-        tests = problem.literal_tests
+        tests = self._tests(problem)
         if tests is not None:
             return Job(
                 program=code, entry_point=entry, calls=tuple(c for t in tests for c in t.calls), timeout_s=timeout_s
@@ -160,8 +166,11 @@ class CodeVerifier:
         self.stats.last_batch_seconds = time.perf_counter() - t0
         return results
 
+    def _tests(self, problem: CodeProblem) -> Any:
+        return problem.literal_tests if self.config.check_path == "auto" else None
+
     def _score(self, run: RunResult, problem: CodeProblem, code: str) -> CodeResult:
-        tests = problem.literal_tests
+        tests = self._tests(problem)
         oks = _literal_outcomes(run, tests) if tests is not None else _judge_outcomes(run, problem)
         total = len(oks)
         all_mode = self.config.reward_mode == "all"
