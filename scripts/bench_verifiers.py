@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -109,7 +110,10 @@ def bench_code(rounds: int, slots: int, timeout: float) -> dict[str, object]:
 
 
 _OLD_BENCH = """
-import json, sys, time
+import json, resource, sys, time
+def _cpu():
+    return sum(getattr(resource.getrusage(w), f) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN) for f in ("ru_utime", "ru_stime"))
+c0 = _cpu()
 from envs.code.data import humaneval_problems
 from envs.code.sandbox import SandboxConfig
 from envs.code.verifier import CodeVerifier, CodeVerifierConfig
@@ -124,7 +128,9 @@ with CodeVerifier(CodeVerifierConfig(sandbox=SandboxConfig(slots=int(sys.argv[2]
         chunk = items[i : i + 64]
         res += v.verify_many([c for c, _ in chunk], [p for _, p in chunk])
     dt = time.perf_counter() - t0
-print(json.dumps({"checks_per_s": len(items) / dt, "canonical_pass": sum(r.reward for r in res[: len(probs)])}))
+cpu = _cpu() - c0
+print(json.dumps({"checks_per_s": len(items) / dt, "cpu_ms_per_check": 1000 * cpu / len(items),
+                  "canonical_pass": sum(r.reward for r in res[: len(probs)])}))
 """
 
 
@@ -137,7 +143,22 @@ def _export(ref: str) -> str:
     return out
 
 
-def _sandbox_rate(items: list[tuple[str, CodeProblem]], slots: int, timeout: float, **kw: object) -> float:
+def _cpu() -> float:
+    """CPU seconds of this process and of its waited-for children (the sandbox server and every check)."""
+    who = (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+    return sum(getattr(resource.getrusage(w), f) for w in who for f in ("ru_utime", "ru_stime"))
+
+
+def _sandbox_rate(
+    items: list[tuple[str, CodeProblem]], slots: int, timeout: float, **kw: object
+) -> tuple[float, float]:
+    """(checks/s, CPU ms per check: client + server + checks, incl. the sandbox's start)."""
+    c0 = _cpu()
+    rate = _sandbox_rate_only(items, slots, timeout, **kw)
+    return rate, 1000 * (_cpu() - c0) / len(items)
+
+
+def _sandbox_rate_only(items: list[tuple[str, CodeProblem]], slots: int, timeout: float, **kw: object) -> float:
     check_path = str(kw.pop("check_path", "auto"))
     cfg = CodeVerifierConfig(sandbox=SandboxConfig(slots=slots, timeout_s=timeout, **kw), check_path=check_path)  # type: ignore[arg-type]
     with CodeVerifier(cfg) as v:
@@ -158,14 +179,20 @@ def bench_code_ab(ref: str, ab_rounds: int, slots: int, timeout: float) -> dict[
     env = {**os.environ, "PYTHONPATH": old_tree, "OMP_NUM_THREADS": "1"}
     new_rates: list[float] = []
     old_rates: list[float] = []
+    new_cpu: list[float] = []
+    old_cpu: list[float] = []
     for _ in tqdm(range(ab_rounds), desc=f"new vs {ref}", file=sys.stderr):
-        new_rates.append(_sandbox_rate(items, slots, timeout))
+        rate, cpu = _sandbox_rate(items, slots, timeout)
+        new_rates.append(rate)
+        new_cpu.append(cpu)
         r = subprocess.run(
             [sys.executable, "-c", _OLD_BENCH, "1", str(slots), str(timeout)],
             cwd=old_tree, env=env, capture_output=True, text=True, check=True,
         )  # fmt: skip
-        old_rates.append(float(json.loads(r.stdout.strip().splitlines()[-1])["checks_per_s"]))
-    layers: dict[str, float] = {}
+        old = json.loads(r.stdout.strip().splitlines()[-1])
+        old_rates.append(float(old["checks_per_s"]))
+        old_cpu.append(float(old["cpu_ms_per_check"]))
+    layers: dict[str, dict[str, float]] = {}
     variants: dict[str, dict[str, object]] = {
         "all_layers": {},
         "no_pid_namespace": {"pid_namespace": False},
@@ -174,14 +201,25 @@ def bench_code_ab(ref: str, ab_rounds: int, slots: int, timeout: float) -> dict[
         "all_through_judge_process": {"check_path": "judge"},
     }
     for name, kw in tqdm(variants.items(), desc="layers", file=sys.stderr):
-        layers[name] = round(_sandbox_rate(items, slots, timeout, **dict(kw)), 1)
+        rate, cpu = _sandbox_rate(items, slots, timeout, **dict(kw))
+        layers[name] = {"checks_per_s": round(rate, 1), "cpu_ms_per_check": round(cpu, 2)}
     new_med, old_med = statistics.median(new_rates), statistics.median(old_rates)
+    cores = len(os.sched_getaffinity(0))
     return {
         "baseline_ref": ref,
         "checks_per_round": len(items),
         "new_checks_per_s": [round(x, 1) for x in new_rates],
         "old_checks_per_s": [round(x, 1) for x in old_rates],
         "ratio_new_over_old_median": round(new_med / old_med, 3),
+        "new_cpu_ms_per_check": [round(x, 2) for x in new_cpu],
+        "old_cpu_ms_per_check": [round(x, 2) for x in old_cpu],
+        "ratio_cpu_new_over_old_median": round(statistics.median(new_cpu) / statistics.median(old_cpu), 3),
+        # On idle cores the checks are CPU-bound: capacity = cores / CPU time per check.
+        "cpu_bound_capacity_checks_per_s": {
+            "cores": cores,
+            "new": round(1000 * cores / statistics.median(new_cpu), 1),
+            "old": round(1000 * cores / statistics.median(old_cpu), 1),
+        },
         "layers_checks_per_s": layers,
         "paths": {
             "literal": sum(p.check_path == "literal" for p in probs),

@@ -46,6 +46,9 @@ _ARITH = {
 _NUM = (int, float, bool)
 
 
+_PARSED: dict[str, ast.expr] = {}
+
+
 class NotLiteral(Exception):
     """The expression is outside what the trusted interpreter evaluates."""
 
@@ -67,7 +70,11 @@ class LiteralTest:
         if len(outputs) != len(self.calls):
             return False
         try:
-            tree = ast.parse(self.expr, mode="eval").body
+            tree = _PARSED.get(self.expr)
+            if tree is None:
+                tree = _PARSED[self.expr] = ast.parse(self.expr, mode="eval").body
+                if len(_PARSED) > 65536:
+                    _PARSED.clear()
             return bool(_eval(tree, {f"_out{j}": v for j, v in enumerate(outputs)}))
         except Exception:
             return False

@@ -66,7 +66,10 @@ def _read_frame(fd: int) -> bytes | None:
     head = _read_exact(fd, 4)
     if head is None:
         return None
-    return _read_exact(fd, _U32.unpack(head)[0])
+    n = _U32.unpack(head)[0]
+    if n > plain.MAX_BYTES + 16:
+        return None  # a frame over the cap: treated like the end of the channel
+    return _read_exact(fd, n)
 
 
 def _read_exact(fd: int, n: int) -> bytes | None:

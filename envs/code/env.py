@@ -25,6 +25,8 @@ Checks run in a process-wide shared `Sandbox` per settings (one warm fork server
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from envs.code.data import CodeProblem, humaneval_problems, load_problems
@@ -56,7 +58,7 @@ class CodeEnv(VerifierEnv[CodeProblem, CodeResult, CodeVerifier]):
         reward_mode: ``"all"`` (1.0 iff all tests pass) or ``"fraction"``.
         max_attempts: Programs allowed per episode (1 = single-turn).
         prompt_template: Format string with ``{prompt}``.
-        timeout_s: Wall-clock limit of one check.
+        timeout_s: CPU-time limit of one check (a generous wall-clock backstop is added).
         memory_mb: Memory limit of one check.
         slots: Checks run in parallel by the shared sandbox (default: CPU count).
         verifier: Use this verifier instead of one on the shared sandbox.
@@ -93,6 +95,9 @@ class CodeEnv(VerifierEnv[CodeProblem, CodeResult, CodeVerifier]):
             )
         )
         sb_kwargs: dict[str, Any] = {"timeout_s": timeout_s, "memory_mb": memory_mb}
+        path = data_path or os.environ.get(DATA_ENV_VAR)
+        if path:  # checks must not read the data set (its tests and reference solutions)
+            sb_kwargs["hide_paths"] = (str(Path(path).expanduser().resolve()),)
         if slots is not None:
             sb_kwargs["slots"] = slots
         self._vconfig = CodeVerifierConfig(reward_mode=reward_mode, sandbox=SandboxConfig(**sb_kwargs))

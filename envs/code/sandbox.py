@@ -537,6 +537,8 @@ def _result(job: Job, msg: dict[str, Any], read: Any, rid: int, output_limit: in
                     errors.append(f"{src[0][:200] if src else f'test {i}'} -> {str(payload[1])[:300]}")
     if status == "ok" and not done:
         status = "crashed"  # it exited 0 before the harness finished (os._exit, sys.exit in a unit...)
+    if mode == "judge" and msg.get("judge_exit_code") not in (0, None) and status != "timeout":
+        status = "error"  # the judge's own harness failed (the dataset's check set-up): not the candidate's fault
     return RunResult(
         status=status,
         results=tuple(results),

@@ -6,6 +6,11 @@ tests). Code is taken from the response's Python code block (the first that defi
 longest; an unterminated block counts), else the whole response; a response that does not define the entry
 point is treated as a completion of the prompt (HumanEval style) and appended to it.
 
+The verdict is decided outside the candidate's process: on the literal path (`CodeProblem.literal_tests`) the
+sandbox returns the candidate's outputs as plain data and this module evaluates each test's assert on them;
+on the judge path the sandbox's judge process runs the check code against the candidate through the boundary.
+`CodeResult.detail` (and so the env's feedback) never carries a test's input, expected value or code.
+
 Example:
     >>> from envs.code.data import humaneval_problems
     >>> probs = humaneval_problems(limit=2)
