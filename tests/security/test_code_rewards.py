@@ -318,3 +318,24 @@ def test_honest_solutions_score_one_on_both_paths(verifier, humaneval):
     _serves(verifier, probs)
     data = json.dumps([p.id for p in probs])
     assert "HumanEval/32" in data and "HumanEval/0" in data
+
+
+def test_pathological_sources_are_rejected_quickly_in_the_trusted_process(verifier, humaneval):
+    """The verifier compiles each program itself (for a trusted syntax message): hostile sources cost it little."""
+    import time
+
+    p = humaneval[0]
+    sources = [
+        "(" * 50_000 + ")" * 50_000,
+        "x = " + "1+" * 49_000 + "1",
+        "f = " + "lambda: " * 12_000 + "1",
+        "x = [" * 30_000,
+        "def has_close_elements(n, t):\n" + "\t" * 5000 + "return 1",
+        "\x00" * 1000,
+        "a" * 200_000,  # over the length cap
+    ]
+    t0 = time.perf_counter()
+    res = verifier.verify_many(sources, [p] * len(sources))
+    assert [r.reward for r in res] == [0.0] * len(sources)
+    assert time.perf_counter() - t0 < 10
+    _serves(verifier, [p])
