@@ -129,6 +129,9 @@ class CodeVerifier:
         job)."""
         entry = problem.entry_point
         tests = self._tests(problem)
+        if problem.setup and not problem.completion_prefix:
+            # MBPP's test_setup_code (imports) ran in the program's namespace in the original harness
+            code = problem.setup + "\n" + code
         if tests is not None:
             return Job(
                 program=code, entry_point=entry, calls=tuple(c for t in tests for c in t.calls), timeout_s=timeout_s

@@ -166,3 +166,25 @@ def test_default_env_contract_and_humaneval_canonical_all_pass(verifier):
     for seed in range(3):
         obs, info = env.reset(seed=seed)
         assert run_oracle(env, make_oracle("envkit/Code-v0"), obs, info, max_steps=1).success
+
+
+def test_check_paths_and_mbpp_setup(verifier):
+    he = humaneval_problems()
+    judge = sorted(p.id for p in he if p.check_path == "judge")
+    assert len(he) - len(judge) == 158 and judge == [
+        f"HumanEval/{i}" for i in (151, 32, 38, 44, 50, 53)
+    ]  # sorted as strings
+    assert record_to_problem(HE).check_path == "judge"  # its check has a loop
+    p = record_to_problem(
+        {
+            "task_id": 9,
+            "text": "the n smallest",
+            "code": "def smallest(xs, n):\n    return hq.nsmallest(n, xs)",
+            "test_list": ["assert smallest([3, 1, 2], 2) == [1, 2]", "assert smallest([5], 1) == [5]"],
+            "test_setup_code": "import heapq as hq",  # the original ran it in the program's namespace
+        }
+    )
+    assert p.check_path == "literal" and p.literal_tests is not None
+    assert [t.calls for t in p.literal_tests] == [((([3, 1, 2], 2), ()),), ((([5], 1), ()),)]
+    res = verifier.verify_many([p.reference_code or "", "def smallest(xs, n):\n    return xs[:n]"], [p, p])
+    assert [r.reward for r in res] == [1.0, 0.0]
