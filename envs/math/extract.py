@@ -3,15 +3,15 @@
 Methods (tried in the order given; the first that finds something wins):
 
 - ``"boxed"``: the content of the LAST ``\\boxed{...}`` / ``\\fbox{...}`` (balanced braces), as in MATH / DAPO.
+- ``"answer_is"``: the text after the last "the (final) answer is" / "Answer:" up to the end of the line or
+  sentence (``$`` delimiters and a trailing period removed).
+- ``"hashes"``: the text after the last GSM8K-style ``#### `` marker.
+- ``"last_number"``: the last number in the text (``-1,234.5`` -> ``-1234.5``; ``3/4`` kept as a fraction).
 
 Extraction runs in the trainer's process on text the policy wrote, so it is linear and bounded: only the last
 `MAX_SCAN_CHARS` characters are read (the answer is at the end), and braces are matched in one pass.
 `relation_chains` finds ``a = b = c`` chains (also ``\\approx``, ``\\to``, ``\\Rightarrow``, ...) so that the
 verifier can require every side of a chain to be equal (see `envs.math.check`).
-- ``"answer_is"``: the text after the last "the (final) answer is" / "Answer:" up to the end of the line or
-  sentence (``$`` delimiters and a trailing period removed).
-- ``"hashes"``: the text after the last GSM8K-style ``#### `` marker.
-- ``"last_number"``: the last number in the text (``-1,234.5`` -> ``-1234.5``; ``3/4`` kept as a fraction).
 
 Example:
     >>> extract_answer("so $x=2$ and the answer is \\boxed{\\frac{1}{2}}.")
