@@ -55,12 +55,13 @@ def _attack(v: CodeVerifier, probs: list[CodeProblem], body: str) -> list[float]
 
 
 def test_always_equal_object(verifier, humaneval):
-    probs = _both_paths(humaneval)
+    probs = humaneval  # all 164 (the previous harness paid this object on 155 of them)
     body = (
         "class _Any:\n    def __eq__(self, o): return True\n    def __ne__(self, o): return False\n"
         "    def __lt__(self, o): return True\n    __le__ = __gt__ = __ge__ = __lt__\n"
         "    def __sub__(self, o): return 0\n    __rsub__ = __sub__\n    def __abs__(self): return 0\n"
         "    def __bool__(self): return True\n    def __hash__(self): return 0\n"
+        "    def __iter__(self): return iter(())\n    def __len__(self): return 0\n"
         "def _attack(*a, **k):\n    return _Any()"
     )
     assert _attack(verifier, probs, body) == [0.0] * len(probs)
@@ -235,6 +236,10 @@ for root in ("/opt", "/work", "/home", "/var", "/srv", "/mnt", "/root", "/usr/lo
                  or n.endswith((".jsonl", ".jsonl.gz")) or "human-eval" in n.lower()]
         if len(hits) > 20:
             break
+try:  # the client's private directory of check files (programs, inputs, outputs of every check)
+    hits += glob.glob("/dev/shm/envkit-sandbox-io-*/*") + os.listdir(glob.glob("/dev/shm/envkit-sandbox-io-*")[0])
+except (OSError, IndexError):
+    pass
 print("HITS", hits[:20])
 def has_close_elements(numbers, threshold):
     return None
