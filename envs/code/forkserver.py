@@ -14,13 +14,13 @@ Per check (a length-prefixed JSON request on stdin naming a job id and a mode) t
 check's content: the client wrote the candidate's spec (program and inputs) and, on the judge path, the judge's
 spec (the check code) into files of the I/O directory, and the server only opens them and hands the descriptors
 down (so no test, input or other candidate's output is ever in the memory that a candidate is forked from). It
-forks an *init* C (root) that joins the slot's cgroups, ``unshare(CLONE_NEWPID)`` and forks the candidate G:
-PID 1 of a fresh PID namespace, so ``kill(-1)`` in it reaches only its own processes, and when it exits the
-kernel kills everything it left. G drops to the slot's candidate uid (`check_process.run_candidate`). On the
+forks the candidate G as PID 1 of a fresh PID namespace (``unshare(CLONE_NEWPID)``, ``fork``, ``setns`` back to
+its own): ``kill(-1)`` in it reaches only its own processes, and when it exits the kernel kills everything it
+left. G joins the slot's cgroups and drops to the slot's candidate uid (`check_process.run_candidate`). On the
 judge path the server also forks the judge J as the slot's judge uid (`check_process.run_judge`), joined to G
 by two pipes. Limits: RLIMIT_CPU (the check's time limit, CPU seconds: timing does not change verdicts on a
 loaded machine) plus a generous wall-clock backstop (SIGKILL), RLIMIT_AS, RLIMIT_FSIZE (the output files), the
-slot's memory and pids cgroups. When C (and J) have exited, the server removes the check's directory and
+slot's memory and pids cgroups. When G (and J) have exited, the server removes the check's directory and
 answers ``{"id", "status", "exit_code", "signal", "cpu_s", "seconds", ...}``; the client reads the result files.
 
 Protocol (both ways): 4-byte big-endian length + UTF-8 JSON. The first message from the server is
