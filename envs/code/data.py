@@ -23,10 +23,12 @@ import re
 import textwrap
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from envkit.errors import DataNotFoundError, require
+from envs.code.cases import LiteralTest, literal_tests
 
 FORMATS = ("auto", "humaneval", "mbpp")
 
@@ -54,6 +56,17 @@ class CodeProblem:
     reference_code: str | None = None
     completion_prefix: str = ""
     source: str = ""
+
+    @cached_property
+    def literal_tests(self) -> tuple[LiteralTest, ...] | None:
+        """The tests as calls with literal inputs judged on the trusted side, or None: the judge path."""
+        return literal_tests(self.units, ("candidate", self.entry_point) if self.entry_point else ("candidate",))
+
+    @property
+    def check_path(self) -> str:
+        """``"literal"`` (inputs and checks read from the asserts) or ``"judge"`` (the check code runs in the
+        sandbox's judge process; see `envs.code.check_process`)."""
+        return "literal" if self.literal_tests is not None else "judge"
 
     @property
     def n_tests(self) -> int:

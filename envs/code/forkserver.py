@@ -1,22 +1,27 @@
 """The code sandbox server: a warm fork server that runs untrusted Python as unprivileged, isolated processes.
 
-Run by `envs.code.sandbox.Sandbox` as ``python -I forkserver.py --slots N ...`` (stdlib only; it loads its two
-siblings by path: `isolation.py`, the namespaces and mounts, and `check_process.py`, what runs in a forked
-check). At start, once:
+Run by `envs.code.sandbox.Sandbox` as ``python -I forkserver.py --slots N --io-dir D ...`` (stdlib only; it
+loads its siblings by path: `isolation.py`, the namespaces, mounts and cgroups; `check_process.py`, what runs in
+a forked check; `plain.py`, the plain-data encoding). At start, once:
 
-1. (as root) it enters a new network namespace (only a down loopback: no network at all, not even localhost)
-   and a new mount namespace in which every mount is remounted read-only and a small tmpfs is mounted on the
-   work root (default ``/tmp``, mode 0711): checks can write only inside their own directory. Made once and
-   reused by every check (a network namespace costs ~30 ms to create).
+1. (as root) it opens the client's private I/O directory and the slots' cgroups, then enters a new network
+   namespace (only a down loopback), a new mount namespace in which every mount is remounted read-only, the
+   data sets and the directories the checks need not see are hidden (`isolation.isolate`), ``/proc`` is
+   remounted with ``hidepid=invisible``, and a small tmpfs is mounted on the work root (default ``/tmp``).
 2. it imports the modules that checks commonly need (``--preload``), so that forked checks start warm.
 
-Then, per check (a length-prefixed JSON request on stdin): a fresh directory owned by the slot's uid, then a
-``fork()``; the child calls ``setsid``, sets rlimits (CPU, address space, processes, file size, open files,
-core), drops to the slot's unprivileged uid/gid (one uid per concurrent slot, so cleanup cannot touch other
-checks), sets no-new-privs, and runs the program and then each test unit in one namespace, reporting each unit's
-outcome on a private pipe. The server enforces a wall-clock deadline (SIGKILL), caps captured stdout/stderr,
-then kills every process left with the slot's uid (``kill(-1)`` as that uid), removes the directory and answers
-with a JSON response on stdout.
+Per check (a length-prefixed JSON request on stdin naming a job id and a mode) the server never reads the
+check's content: the client wrote the candidate's spec (program and inputs) and, on the judge path, the judge's
+spec (the check code) into files of the I/O directory, and the server only opens them and hands the descriptors
+down (so no test, input or other candidate's output is ever in the memory that a candidate is forked from). It
+forks the candidate G as PID 1 of a fresh PID namespace (``unshare(CLONE_NEWPID)``, ``fork``, ``setns`` back to
+its own): ``kill(-1)`` in it reaches only its own processes, and when it exits the kernel kills everything it
+left. G joins the slot's cgroups and drops to the slot's candidate uid (`check_process.run_candidate`). On the
+judge path the server also forks the judge J as the slot's judge uid (`check_process.run_judge`), joined to G
+by two pipes. Limits: RLIMIT_CPU (the check's time limit, CPU seconds: timing does not change verdicts on a
+loaded machine) plus a generous wall-clock backstop (SIGKILL), RLIMIT_AS, RLIMIT_FSIZE (the output files), the
+slot's memory and pids cgroups. When G (and J) have exited, the server removes the check's directory and
+answers ``{"id", "status", "exit_code", "signal", "cpu_s", "seconds", ...}``; the client reads the result files.
 
 Protocol (both ways): 4-byte big-endian length + UTF-8 JSON. The first message from the server is
 ``{"hello": ..., "isolation": {...}}``.
@@ -28,12 +33,13 @@ import argparse
 import contextlib
 import ctypes
 import errno
+import fcntl
 import gc
 import importlib
 import importlib.util
 import json
+import math
 import os
-import secrets
 import selectors
 import shutil
 import signal
@@ -62,7 +68,10 @@ def _load(name: str) -> Any:
 _isolation = _load("isolation")
 isolate = _isolation.isolate
 remove_ipc_objects = _isolation.remove_ipc_objects
-run_child = _load("check_process").run_child
+_check_process = _load("check_process")
+_check_process.plain = _load("plain")
+CLONE_NEWPID = 0x20000000
+FILES = ("in", "judge", "reply", "out", "err", "verdict")
 
 
 # ----------------------------------------------------------------------------------------------------------
@@ -71,37 +80,58 @@ run_child = _load("check_process").run_child
 class Job:
     """One running check (server side)."""
 
-    def __init__(
-        self, req: dict[str, Any], slot: int, pid: int, fds: dict[int, str], workdir: str, nonce: str, deadline: float
-    ) -> None:
-        self.req, self.slot, self.pid, self.fds, self.workdir, self.nonce = req, slot, pid, fds, workdir, nonce
-        self.deadline = deadline
+    def __init__(self, req: dict[str, Any], slot: int, workdir: str, deadline: float, cpu_s: int) -> None:
+        self.req, self.slot, self.workdir, self.deadline, self.cpu_s = req, slot, workdir, deadline, cpu_s
         self.start = time.monotonic()
-        self.bufs: dict[str, bytearray] = {"res": bytearray(), "out": bytearray(), "err": bytearray()}
-        self.dropped = {"out": 0, "err": 0, "res": 0}
+        self.init_pid = 0  # the candidate G: PID 1 of the check's own PID namespace
+        self.judge_pid = 0
         self.status: int | None = None
+        self.judge_status: int | None = None
+        self.cpu = 0.0
         self.timed_out = False
+
+    def done(self) -> bool:
+        return self.status is not None and (not self.judge_pid or self.judge_status is not None)
+
+
+def _arrange(fds: list[int]) -> None:
+    """Put `fds` at 0, 1, 2, ... (in order) and close every other descriptor."""
+    tmp = [fcntl.fcntl(fd, fcntl.F_DUPFD, 256) for fd in fds]  # above every target number first
+    for i, fd in enumerate(tmp):
+        os.dup2(fd, i)
+    os.closerange(len(fds), 1 << 20)
 
 
 class Server:
     """The fork server's event loop (see the module docstring)."""
 
-    def __init__(self, args: argparse.Namespace, isolation: dict[str, Any]) -> None:
+    def __init__(self, args: argparse.Namespace, isolation: dict[str, Any], io_fd: int, cgroups: list[Any]) -> None:
         self.args = args
         self.isolation = isolation
+        self.io_fd = io_fd
+        self.cgroups = cgroups
         uid_ok = isolation.get("uid_drop", False)
+        n = args.slots
         self.slots: list[dict[str, int | None]] = [
-            {"uid": args.uid_base + k if uid_ok else None, "gid": args.uid_base + k if uid_ok else None}
-            for k in range(args.slots)
+            {
+                "uid": args.uid_base + k if uid_ok else None,
+                "judge_uid": args.uid_base + n + k if uid_ok else None,
+            }
+            for k in range(n)
         ]
-        self.free = list(range(args.slots))
+        self.free = list(range(n))
         self.queue: list[dict[str, Any]] = []
-        self.jobs: dict[int, Job] = {}
+        self.jobs: dict[int, Job] = {}  # by id
+        self.by_pid: dict[int, tuple[Job, str]] = {}
         self.sel = selectors.DefaultSelector()
         self.inbuf = bytearray()
         self.outbuf = bytearray()
         self.counter = 0
         self.eof = False
+        self.null = os.open(os.devnull, os.O_RDWR)
+        self.pidns_fd: int | None = None
+        if isolation.get("pidns"):
+            self.pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
         self.wake_r, wake_w = os.pipe()
         os.set_blocking(self.wake_r, False)
         os.set_blocking(wake_w, False)
@@ -109,8 +139,8 @@ class Server:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         os.set_blocking(0, False)
         os.set_blocking(1, False)
-        self.sel.register(0, selectors.EVENT_READ, ("in", None))
-        self.sel.register(self.wake_r, selectors.EVENT_READ, ("wake", None))
+        self.sel.register(0, selectors.EVENT_READ, "in")
+        self.sel.register(self.wake_r, selectors.EVENT_READ, "wake")
 
     def send(self, msg: dict[str, Any]) -> None:
         data = json.dumps(msg).encode()
@@ -129,7 +159,7 @@ class Server:
                 break
             del self.outbuf[:n]
         if self.outbuf and not self._registered(1):
-            self.sel.register(1, selectors.EVENT_WRITE, ("out", None))
+            self.sel.register(1, selectors.EVENT_WRITE, "out")
         elif not self.outbuf and self._registered(1):
             self.sel.unregister(1)
 
@@ -143,7 +173,7 @@ class Server:
     def _read_requests(self) -> None:
         while True:
             try:
-                chunk = os.read(0, 1 << 20)
+                chunk = os.read(0, 1 << 16)
             except BlockingIOError:
                 break
             if not chunk:
@@ -158,166 +188,150 @@ class Server:
             self.queue.append(json.loads(self.inbuf[4 : 4 + n]))
             del self.inbuf[: 4 + n]
 
+    def _open(self, rid: int, name: str, write: bool) -> int:
+        flags = (os.O_WRONLY | os.O_TRUNC) if write else os.O_RDONLY
+        return os.open(f"{rid}.{name}", flags | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=self.io_fd)
+
     def _start(self, req: dict[str, Any]) -> None:
         k = self.free[-1]
         slot = self.slots[k]
+        rid = int(req["id"])
+        judge = req.get("mode") == "judge"
         self.counter += 1
         workdir = os.path.join(self.args.work_root, f"c{self.counter}")
         os.mkdir(workdir, 0o700)
-        uid, gid = slot["uid"], slot["gid"]
-        if uid is not None and gid is not None:
-            os.chown(workdir, uid, gid)
-        nonce = secrets.token_hex(8)
-        pipes = [os.pipe() for _ in range(3)]
+        if slot["uid"] is not None:
+            os.chown(workdir, slot["uid"], slot["uid"])
         timeout = float(req.get("timeout_s") or self.args.timeout_s)
+        wall = float(req.get("wall_timeout_s") or self.args.wall_timeout_s or (3 * timeout + 2))
+        cpu_s = max(1, math.ceil(timeout))
         limits = {
-            "cpu_s": int(timeout) + 1,
+            "cpu_s": cpu_s,
             "memory_mb": int(req.get("memory_mb") or self.args.memory_mb),
             "max_processes": self.args.max_processes,
             "max_file_mb": self.args.max_file_mb,
             "max_open_files": self.args.max_open_files,
         }
-        pid = os.fork()
-        if pid == 0:
-            for r, _w in pipes:
-                os.close(r)
-            os.close(self.wake_r)
-            run_child(req, slot, (pipes[0][1], pipes[1][1], pipes[2][1]), workdir, nonce, limits)
-            os._exit(71)  # not reached
-        self.free.pop()  # only now: a failure above leaves the slot free (the request gets an error answer)
-        fds: dict[int, str] = {}
-        for name, (r, w) in zip(("res", "out", "err"), pipes):
-            os.close(w)
-            os.set_blocking(r, False)
-            fds[r] = name
-        job = Job(req, k, pid, fds, workdir, nonce, time.monotonic() + timeout)
-        for r, name in fds.items():
-            self.sel.register(r, selectors.EVENT_READ, ("pipe", (job, name)))
-        self.jobs[pid] = job
-
-    def _drain(self, job: Job, fd: int) -> None:
-        name = job.fds[fd]
-        cap = self.args.output_limit if name != "res" else 1 << 20
-        while True:
-            try:
-                chunk = os.read(fd, 1 << 16)
-            except BlockingIOError:
-                return
-            if not chunk:
-                self.sel.unregister(fd)
+        opened: list[int] = []
+        try:
+            spec = self._open(rid, "in", False)
+            opened.append(spec)
+            out, err = self._open(rid, "out", True), self._open(rid, "err", True)
+            opened += [out, err]
+            if judge:
+                jspec, verdict = self._open(rid, "judge", False), self._open(rid, "verdict", True)
+                opened += [jspec, verdict]
+                call_r, call_w = os.pipe2(os.O_CLOEXEC)
+                reply_r, reply_w = os.pipe2(os.O_CLOEXEC)
+                opened += [call_r, call_w, reply_r, reply_w]
+                cand_fds = [self.null, out, err, reply_w, spec, call_r]
+            else:
+                reply = self._open(rid, "reply", True)
+                opened.append(reply)
+                cand_fds = [self.null, out, err, reply, spec]
+            job = Job(req, k, workdir, time.monotonic() + wall, cpu_s)
+            cg = self.cgroups[k] if self.cgroups else []
+            job.init_pid = self._fork_candidate(cg, cand_fds, slot, workdir, limits)
+            self.by_pid[job.init_pid] = (job, "init")
+            if judge:
+                job.judge_pid = os.fork()
+                if job.judge_pid == 0:
+                    try:
+                        _arrange([self.null, self.null, self.null, verdict, jspec, call_w, reply_r])
+                        _check_process.run_judge(slot["judge_uid"], slot["judge_uid"], workdir, limits)
+                    finally:
+                        os._exit(71)
+                self.by_pid[job.judge_pid] = (job, "judge")
+        finally:
+            for fd in opened:
                 os.close(fd)
-                del job.fds[fd]
-                return
-            room = cap - len(job.bufs[name])
-            job.bufs[name] += chunk[: max(room, 0)]
-            job.dropped[name] += max(0, len(chunk) - max(room, 0))
+        self.free.pop()  # only now: a failure above leaves the slot free (the request gets an error answer)
+        self.jobs[rid] = job
+
+    def _fork_candidate(
+        self, cgroups: list[int], fds: list[int], slot: dict[str, Any], workdir: str, limits: Any
+    ) -> int:
+        """Fork the candidate G as PID 1 of a new PID namespace (unshare, fork, then setns back to ours)."""
+        if self.pidns_fd is not None and _libc.unshare(CLONE_NEWPID) != 0:
+            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWPID)")
+        pid = -1
+        try:
+            pid = os.fork()
+        finally:
+            if self.pidns_fd is not None and pid != 0 and _libc.setns(self.pidns_fd, CLONE_NEWPID) != 0:
+                raise OSError(ctypes.get_errno(), "setns back to the server's PID namespace")
+        if pid == 0:
+            try:
+                for fd in cgroups:  # join the slot's memory and pids cgroups (still root here)
+                    os.write(fd, b"0")
+                _arrange(fds)
+                _check_process.run_candidate(slot["uid"], slot["uid"], workdir, limits)
+            finally:
+                os._exit(71)
+        return pid
 
     def _reap(self) -> None:
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status, ru = os.wait4(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
-            job = self.jobs.get(pid)
-            if job is not None:
+            entry = self.by_pid.pop(pid, None)
+            if entry is None:
+                continue  # an orphan re-parented to us (we are a child subreaper)
+            job, role = entry
+            if role == "init":
                 job.status = status
-
-    def _cleanup_uid(self, slot: dict[str, Any]) -> None:
-        """Kill every process of the slot's uid (as that uid, so nothing else can be hit)."""
-        if slot["uid"] is None:
-            return
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.setgroups([])
-                os.setgid(slot["gid"])
-                os.setuid(slot["uid"])
-                # One pass reaches every process of this uid (a fork racing with it fails: its parent has a
-                # fatal signal pending); a second pass is cheap insurance. kill(-1) returns success even when
-                # there was nothing to kill, so there is no "until ESRCH" loop.
-                for _ in range(2):
-                    with contextlib.suppress(OSError):
-                        os.kill(-1, signal.SIGKILL)
-            finally:
-                os._exit(0)
-        while True:
-            try:
-                os.waitpid(pid, 0)
-                break
-            except ChildProcessError:
-                break
-            except InterruptedError:
-                continue
+                job.cpu = ru.ru_utime + ru.ru_stime
+                if job.judge_pid and job.judge_status is None:
+                    # the candidate is gone: the judge sees EOF on its replies and finishes on its own
+                    pass
+            else:
+                job.judge_status = status
 
     def _finish(self, job: Job) -> None:
-        for fd in list(job.fds):
-            with contextlib.suppress(KeyError, ValueError):
-                self.sel.unregister(fd)
-            os.close(fd)
-        job.fds.clear()
-        clean_exit = job.status is not None and os.WIFEXITED(job.status) and os.WEXITSTATUS(job.status) == 0
-        if not clean_exit:  # a clean exit already ran kill(-1) as the slot's uid itself
-            self._cleanup_uid(self.slots[job.slot])
-        self._reap()
         if self.isolation.get("ipcns"):
             remove_ipc_objects()
         shutil.rmtree(job.workdir, ignore_errors=True)
-        del self.jobs[job.pid]
+        del self.jobs[int(job.req["id"])]
         self.free.append(job.slot)
         self.send(self._response(job))
 
     def _response(self, job: Job) -> dict[str, Any]:
-        lines = job.bufs["res"].decode("utf-8", "replace").splitlines()
-        n_units = len(job.req.get("units", []))
-        results: list[bool | None] = [None] * n_units
-        errors: list[str] = []
-        started = done = False
-        program_error = ""
-        for line in lines:
-            parts = line.split(" ", 3)
-            if len(parts) < 2 or parts[1] != job.nonce:
-                continue
-            tag = parts[0]
-            if tag == "S":
-                started = True
-            elif tag == "D":
-                done = True
-            elif tag in ("P", "F") and len(parts) >= 3:
-                i = int(parts[2]) if parts[2].isdigit() else -1
-                if not 0 <= i < n_units:
-                    continue  # malformed (the check wrote to the result pipe itself): ignore
-                results[i] = tag == "P"
-                if tag == "F":
-                    src = str(job.req["units"][i][0]).strip().splitlines()
-                    errors.append(f"{src[0][:200] if src else f'test {i}'} -> {parts[3] if len(parts) > 3 else ''}")
-            elif tag == "X":
-                program_error = " ".join(parts[2:])
         status = job.status or 0
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
         code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
-        if job.timed_out or sig == signal.SIGXCPU:
+        cpu_out = job.cpu >= job.cpu_s - 0.05 and sig in (signal.SIGKILL, signal.SIGXCPU)
+        if job.timed_out or cpu_out or sig == signal.SIGXCPU:
             state = "timeout"
-        elif done and code == 0:
+        elif code == 0:
             state = "ok"
-        elif not started:
+        elif code in (72, 74):
             state = "error"
         else:
             state = "crashed"
-        return {
+        out: dict[str, Any] = {
             "id": job.req.get("id"),
             "status": state,
-            "results": results,
-            "program_error": program_error,
-            "errors": errors[:20],
-            "stdout": job.bufs["out"].decode("utf-8", "replace"),
-            "stderr": job.bufs["err"].decode("utf-8", "replace"),
-            "dropped": job.dropped,
             "exit_code": code,
             "signal": sig,
+            "cpu_s": round(job.cpu, 4),
             "seconds": time.monotonic() - job.start,
         }
+        if job.judge_pid:
+            js = job.judge_status or 0
+            out["judge_exit_code"] = os.WEXITSTATUS(js) if os.WIFEXITED(js) else None
+            out["judge_signal"] = os.WTERMSIG(js) if os.WIFSIGNALED(js) else None
+        return out
+
+    def _kill(self, job: Job) -> None:
+        job.timed_out = True
+        for pid, done in ((job.init_pid, job.status), (job.judge_pid, job.judge_status)):
+            if pid and done is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
     def loop(self) -> None:
         self.send({"hello": "envkit-code-sandbox", "pid": os.getpid(), "isolation": self.isolation})
@@ -327,48 +341,25 @@ class Server:
                 try:
                     self._start(req)
                 except Exception as exc:  # e.g. the tmpfs is full: answer this request, keep serving
-                    self.send(
-                        {
-                            "id": req.get("id"),
-                            "status": "error",
-                            "results": [None] * len(req.get("units", [])),
-                            "errors": [f"sandbox error: {type(exc).__name__}: {exc}"],
-                            "seconds": 0.0,
-                        }
-                    )
+                    self.send({"id": req.get("id"), "status": "error", "why": f"{type(exc).__name__}: {exc}"})
             now = time.monotonic()
             deadline = min((j.deadline for j in self.jobs.values() if not j.timed_out), default=now + 3600)
             for key, _events in self.sel.select(timeout=max(0.0, deadline - now)):
-                kind, data = key.data
-                if kind == "in":
+                if key.data == "in":
                     self._read_requests()
-                elif kind == "out":
+                elif key.data == "out":
                     self._flush()
-                elif kind == "wake":
+                elif key.data == "wake":
                     with contextlib.suppress(BlockingIOError):
                         os.read(self.wake_r, 4096)
-                elif kind == "pipe":
-                    job, _name = data
-                    if key.fd in job.fds:
-                        self._drain(job, key.fd)
             self._reap()
             now = time.monotonic()
             for job in list(self.jobs.values()):
-                if not job.timed_out and now >= job.deadline and job.status is None:
-                    job.timed_out = True
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(job.pid, signal.SIGKILL)
-                    self._cleanup_uid(self.slots[job.slot])
+                if not job.timed_out and now >= job.deadline and not job.done():
+                    self._kill(job)
                     self._reap()
-                if job.status is not None and (not job.fds or job.timed_out):
+                if job.done():
                     self._finish(job)
-                elif job.status is not None and job.fds:
-                    # The check exited but something it started still holds its pipes: kill the slot's uid.
-                    self._cleanup_uid(self.slots[job.slot])
-                    for fd in list(job.fds):
-                        self._drain(job, fd)
-                    if not job.fds:
-                        self._finish(job)
             if self.eof and not self.outbuf and not self.jobs:
                 break
         self._flush()
@@ -389,19 +380,33 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--output-limit", type=int, default=65536)
     p.add_argument("--preload", default="")
     p.add_argument("--no-isolation", action="store_true")
+    p.add_argument("--no-pidns", action="store_true", help="no PID namespace per check (to measure its cost)")
+    p.add_argument("--io-dir", required=True, help="the client's private directory of check files")
+    p.add_argument("--hide", action="append", default=[], help="a path checks must not see (repeatable)")
+    p.add_argument("--wall-timeout-s", type=float, default=0.0, help="wall-clock backstop (0: 3 x timeout + 2)")
+    p.add_argument("--cgroup-memory-mb", type=int, default=0, help="memory cgroup per slot (0: no cgroups)")
     args = p.parse_args(argv)
+    io_fd = os.open(args.io_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # before the mount namespace
+    cgroups: list[list[int]] = []
+    made: list[Any] = []
+    cg_report: dict[str, Any] = {}
+    if args.cgroup_memory_mb and os.geteuid() == 0 and not args.no_isolation:
+        cgroups, made, cg_report = _isolation.slot_cgroups(
+            f"{os.getpid()}", args.slots, args.cgroup_memory_mb, args.max_processes + 2
+        )
     if args.no_isolation:
         isolation: dict[str, Any] = {
             "root": os.geteuid() == 0,
             "netns": False,
             "readonly_fs": False,
             "uid_drop": False,
+            "pidns": False,
             "why": "--no-isolation",
         }
         args.work_root = os.path.join(args.work_root, f"envkit-sandbox-{os.getpid()}")
         os.makedirs(args.work_root, exist_ok=True)
     else:
-        isolation = isolate(args.work_root, args.tmpfs_mb)
+        isolation = isolate(args.work_root, args.tmpfs_mb, args.hide)
         if not isolation["netns"]:
             args.work_root = os.path.join(args.work_root, f"envkit-sandbox-{os.getpid()}")
             os.makedirs(args.work_root, exist_ok=True)
@@ -417,8 +422,14 @@ def main(argv: list[str] | None = None) -> None:
             importlib.import_module(name)
             preloaded.append(name)
     isolation["preloaded"] = preloaded
+    isolation["cgroups"] = cg_report
+    if args.no_pidns:
+        isolation["pidns"] = False
     gc.freeze()  # keep the preloaded objects out of the children's garbage collections (fewer copied pages)
-    Server(args, isolation).loop()
+    try:
+        Server(args, isolation, io_fd, cgroups).loop()
+    finally:
+        _isolation.remove_cgroups(made)
     if not isolation["netns"]:
         shutil.rmtree(args.work_root, ignore_errors=True)
 

@@ -1,8 +1,9 @@
-"""Isolation of the code sandbox server: network, mount and SysV IPC namespaces, read-only mounts.
+"""Isolation of the code sandbox server: network, mount and SysV IPC namespaces, read-only mounts, hidden
+paths, ``/proc`` with ``hidepid``, per-slot cgroups.
 
 Stdlib only. `envs/code/forkserver.py` loads this file by path (it runs as ``python -I forkserver.py``, and its
-directory must stay off ``sys.path`` so that checks cannot import this package's modules). `isolate` runs once,
-as root, before the server forks any check; `remove_ipc_objects` after each check.
+directory must stay off ``sys.path`` so that checks cannot import this package's modules). `slot_cgroups` and
+`isolate` run once, as root, before the server forks any check; `remove_ipc_objects` after each check.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ IPC_LIMITS = {"shmmax": 64 << 20, "shmall": (256 << 20) // 4096, "shmmni": 64, "
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
 MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+CLONE_NEWPID = 0x20000000
+#: Directories that checks never need (hidden unless the interpreter lives under one: then only its subtree shows).
+HIDE_ROOTS = ("/opt", "/work", "/home", "/srv", "/mnt", "/media", "/var/cache", "/var/lib", "/var/tmp", "/var/log")
 _MOUNT_FLAGS = {
     "nosuid": MS_NOSUID,
     "nodev": MS_NODEV,
@@ -44,10 +48,22 @@ def _mount(src: str | None, target: str, fstype: str | None, flags: int, data: s
     _check(_libc.mount(enc[0], enc[1], enc[2], ctypes.c_ulong(flags), enc[3]), f"mount {target}")
 
 
-def isolate(work_root: str, tmpfs_mb: int) -> dict[str, Any]:
-    """Enter new network + mount namespaces, make every mount read-only, mount a tmpfs on `work_root`."""
+def pidns_works() -> bool:
+    """Whether this process may create PID namespaces (probed in a throw-away child)."""
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0 if _libc.unshare(CLONE_NEWPID) == 0 else 1)
+    _, status = os.waitpid(pid, 0)
+    return os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+def isolate(work_root: str, tmpfs_mb: int, hide: list[str] | None = None) -> dict[str, Any]:
+    """Enter new network + mount namespaces, make every mount read-only, hide `hide` and `HIDE_ROOTS`, remount
+    ``/proc`` with ``hidepid``, mount a tmpfs on `work_root`."""
     root = os.geteuid() == 0
-    report: dict[str, Any] = {"root": root, "netns": False, "readonly_fs": False, "uid_drop": root, "ipcns": False}
+    report: dict[str, Any] = {
+        "root": root, "netns": False, "readonly_fs": False, "uid_drop": root, "ipcns": False, "pidns": False,
+    }  # fmt: skip
     if not root:
         report["why"] = "not root: cannot create namespaces or switch to unprivileged uids"
         return report
@@ -57,6 +73,7 @@ def isolate(work_root: str, tmpfs_mb: int) -> dict[str, Any]:
         report["why"] = str(exc)
         return report
     report["netns"] = True
+    report["pidns"] = pidns_works()
     try:  # a private SysV IPC namespace with small limits (segments outlive processes: removed after checks)
         _check(_libc.unshare(CLONE_NEWIPC), "unshare(CLONE_NEWIPC)")
         for name, value in IPC_LIMITS.items():
@@ -83,7 +100,17 @@ def isolate(work_root: str, tmpfs_mb: int) -> dict[str, Any]:
     os.makedirs(work_root, exist_ok=True)
     _mount("tmpfs", work_root, "tmpfs", MS_NOSUID | MS_NODEV, f"size={tmpfs_mb}m,mode=0711")
     paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, *sys.path}
-    report["exposed"] = _expose(sorted(p for p in paths if p and os.path.isabs(p) and os.path.exists(p)), work_root)
+    needed = sorted(p for p in paths if p and os.path.isabs(p) and os.path.exists(p))
+    roots = [r for r in HIDE_ROOTS if os.path.isdir(r) and not os.path.islink(r)]
+    private = {r for r in roots if any(n == r or n.startswith(r + "/") for n in needed)}
+    report["exposed"] = _expose(needed, work_root, private)
+    report["hidden"] = _hide([r for r in roots if r not in private] + list(hide or ()))
+    try:  # a /proc of our own: checks see only their own processes (not the server, the judge, the host's)
+        _mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, "hidepid=invisible")
+        report["hidepid"] = True
+    except OSError as exc:
+        report["hidepid"] = False
+        report["hidepid_why"] = str(exc)
     probe = os.path.join("/", ".envkit_ro_probe")
     try:
         with open(probe, "w"):
@@ -112,7 +139,95 @@ def remove_ipc_objects() -> int:
     return removed
 
 
-def _expose(paths: list[str], work_root: str) -> list[str]:
+def _hide(paths: list[str]) -> list[str]:
+    """Cover each existing path: a directory with an empty read-only tmpfs, a file with ``/dev/null``."""
+    done = []
+    for p in paths:
+        try:
+            if os.path.isdir(p):
+                _mount("tmpfs", p, "tmpfs", MS_RDONLY | MS_NOSUID | MS_NODEV | MS_NOEXEC, "size=4k,mode=0755")
+            elif os.path.exists(p):
+                _mount("/dev/null", p, None, MS_BIND, None)
+                _mount(None, p, None, MS_REMOUNT | MS_BIND | MS_RDONLY, None)
+            else:
+                continue
+        except OSError:
+            continue
+        done.append(p)
+    return done
+
+
+def slot_cgroups(
+    tag: str, slots: int, memory_mb: int, pids_max: int
+) -> tuple[list[list[int]], list[Any], dict[str, Any]]:
+    """Make a memory and a pids cgroup per slot (cgroup v1 controllers, else v2) under this process's own cgroups.
+
+    Returns ``(per slot: fds of the cgroups' process files, opened for writing -- a check's init writes "0" to
+    join; what `remove_cgroups` needs; a report)``. Missing controllers are skipped (the report says why).
+    """
+    fds: list[list[int]] = [[] for _ in range(slots)]
+    made: list[Any] = []
+    report: dict[str, Any] = {"memory": False, "pids": False}
+    try:
+        with open("/proc/self/cgroup") as f:
+            lines = [ln.strip().split(":", 2) for ln in f if ln.strip()]
+    except OSError as exc:
+        report["why"] = str(exc)
+        return fds, made, report
+    own = {c: path for _, ctrls, path in lines for c in ctrls.split(",") if c}
+    v2 = next((path for h, ctrls, path in lines if h == "0" and ctrls == ""), None)
+    for ctrl, files in (
+        ("memory", {"memory.limit_in_bytes": memory_mb << 20, "memory.memsw.limit_in_bytes": memory_mb << 20}),
+        ("pids", {"pids.max": pids_max}),
+    ):
+        if ctrl in own:
+            base = f"/sys/fs/cgroup/{ctrl}{own[ctrl]}"
+        elif v2 is not None and os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+            base = f"/sys/fs/cgroup{v2}"
+            files = {"memory.max": memory_mb << 20, "memory.swap.max": 0} if ctrl == "memory" else files
+        else:
+            report[f"{ctrl}_why"] = "no such cgroup controller"
+            continue
+        try:
+            parent = os.open(base, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            report[f"{ctrl}_why"] = str(exc)
+            continue
+        try:
+            slot_fds = []
+            for k in range(slots):
+                name = f"envkit-{tag}-{k}"
+                os.mkdir(name, 0o755, dir_fd=parent)
+                made.append((parent, name))
+                for fname, value in files.items():
+                    try:
+                        fd = os.open(f"{name}/{fname}", os.O_WRONLY, dir_fd=parent)
+                    except FileNotFoundError:
+                        continue
+                    try:
+                        os.write(fd, str(value).encode())
+                    finally:
+                        os.close(fd)
+                slot_fds.append(os.open(f"{name}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC, dir_fd=parent))
+        except OSError as exc:
+            report[f"{ctrl}_why"] = str(exc)
+            continue
+        for k, fd in enumerate(slot_fds):
+            fds[k].append(fd)
+        report[ctrl] = True
+    return fds, made, report
+
+
+def remove_cgroups(made: list[Any]) -> None:
+    """Remove the slots' cgroups (their processes are gone by then)."""
+    for parent, name in reversed(made):
+        try:
+            os.rmdir(name, dir_fd=parent)
+        except OSError:
+            pass
+
+
+def _expose(paths: list[str], work_root: str, private: set[str] | None = None) -> list[str]:
     """Let unprivileged checks reach the Python installation when it sits under a private directory.
 
     Python is often installed under ``/root`` (mode 0700, e.g. pyenv), which the checks' uids cannot traverse.
@@ -128,7 +243,7 @@ def _expose(paths: list[str], work_root: str) -> list[str]:
         parts = path.rstrip("/").split("/")
         for i in range(1, len(parts)):
             d = "/".join(parts[:i]) or "/"
-            if d not in covered and os.stat(d).st_mode & 0o001:
+            if d not in covered and d not in (private or ()) and os.stat(d).st_mode & 0o001:
                 continue
             if d not in covered:
                 keep = os.path.join(hidden, str(len(covered)))

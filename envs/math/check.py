@@ -1,7 +1,17 @@
 """One math check, as run inside a verifier worker process (see `envs.math.verifier`).
 
 `check(task)` parses the reference and the extracted answer with math-verify and compares them, or calls a
-reasoning-gym scorer. math-verify's own SIGALRM timeouts are switched off (they raise off the main thread and
+reasoning-gym scorer.
+
+**Chains.** math-verify reads ``a = b`` (and ``a \\approx b``, ``a \\to b``, ...) as its last side, so
+``\\boxed{31 = 30}`` would earn the reward for 30 although it asserts something false. Here an answer with a
+relation chain (`envs.math.extract.relation_chains`) is correct only if, besides matching the reference, every
+side of every chain that is a *value* verifies equal to the chain's last value side. A side is a *label*, not a
+value, when it names something rather than states a value: no digits once subscripts and ``\\text{}`` are
+removed (``x``, ``f(x)``, ``m+n``, ``a_{10}``), or free variables while the reference has none (``x^2`` in
+``x^2 = 4``). So ``x = 30``, ``f(x) = x^2+1``, ``2 \\cdot 15 = 30`` and ``30 = 30.0`` are accepted for 30 / x^2+1;
+``31 = 30``, ``a = 31 = 30``, ``29.9 \\approx 30`` are wrong. (Sets, ``\\pm`` and "or" lists are already wrong
+against a single reference: math-verify compares them as sets.) math-verify's own SIGALRM timeouts are switched off (they raise off the main thread and
 turn a timeout into a silent False); instead `check` arms its own interval timer that raises `SoftTimeout`
 (a BaseException, so math-verify's ``except Exception`` cannot swallow it) and the parent process kills the
 worker if even that does not fire in time.
@@ -10,12 +20,14 @@ worker if even that does not fire in time.
 from __future__ import annotations
 
 import logging
+import re
 import signal
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from envs.math.extract import relation_chains
 from envs.math.verdict import Verdict
 
 
@@ -81,6 +93,41 @@ def _gold(gold: str) -> Any:
     return parsed
 
 
+_SUBSCRIPT_RE = re.compile(r"_\{[^{}]*\}|_\w|\\(?:text|mathrm|mathit|operatorname)\{[^{}]*\}")
+
+
+def _free(parsed: Any) -> bool:
+    return bool(parsed) and bool(getattr(parsed[0], "free_symbols", None))
+
+
+def _is_label(side: str, parsed: Any, gold_free: bool) -> bool:
+    bare = _SUBSCRIPT_RE.sub("", side)
+    if not any(ch.isdigit() for ch in bare):
+        return True
+    return not gold_free and _free(parsed)
+
+
+def _chains_hold(task: CheckTask, gold: Any) -> str:
+    """ "" if every chain's value sides are equal (see the module docstring), else why not."""
+    from math_verify import verify
+
+    gold_free = _free(gold)
+    for sides in relation_chains(task.answer):
+        values = []
+        for side in sides:
+            if not side:
+                continue
+            parsed = _parse(side)
+            if not _is_label(side, parsed, gold_free):
+                if not parsed:
+                    return f"a side of the chain cannot be parsed: {side!r:.80}"
+                values.append((side, parsed))
+        for side, parsed in values[:-1]:
+            if not verify(values[-1][1], parsed, float_rounding=task.float_rounding, timeout_seconds=None):
+                return f"the chain asserts {side!s:.60} = {values[-1][0]!s:.60}, which is false"
+    return ""
+
+
 def _math_verify(task: CheckTask) -> tuple[Verdict, str]:
     from math_verify import verify
 
@@ -91,7 +138,12 @@ def _math_verify(task: CheckTask) -> tuple[Verdict, str]:
     if not pred:
         return Verdict.WRONG, f"math-verify could not parse the answer {task.answer!r:.200}"
     ok = verify(gold, pred, float_rounding=task.float_rounding, timeout_seconds=None)
-    return (Verdict.CORRECT if ok else Verdict.WRONG), f"parsed {pred[0]!s:.120} vs reference {gold[0]!s:.120}"
+    detail = f"parsed {pred[0]!s:.120} vs reference {gold[0]!s:.120}"
+    if ok:
+        why = _chains_hold(task, gold)
+        if why:
+            return Verdict.WRONG, f"{detail}; but {why}"
+    return (Verdict.CORRECT if ok else Verdict.WRONG), detail
 
 
 def _rg_scorer(name: str) -> Callable[..., float]:
@@ -128,6 +180,8 @@ def check(task: CheckTask) -> tuple[Verdict, str]:
         return _math_verify(task)
     except SoftTimeout:
         return Verdict.TIMEOUT, f"the check ran past {task.soft_timeout_s:g} s and was interrupted"
+    except MemoryError:  # the worker's address-space cap (MathVerifierConfig.memory_mb): the answer's fault
+        return Verdict.WRONG, "checking the answer ran out of the worker's memory cap"
     except Exception as exc:
         return Verdict.ERROR, f"verifier error: {type(exc).__name__}: {exc!s:.300}"
     finally:

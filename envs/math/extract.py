@@ -8,6 +8,11 @@ Methods (tried in the order given; the first that finds something wins):
 - ``"hashes"``: the text after the last GSM8K-style ``#### `` marker.
 - ``"last_number"``: the last number in the text (``-1,234.5`` -> ``-1234.5``; ``3/4`` kept as a fraction).
 
+Extraction runs in the trainer's process on text the policy wrote, so it is linear and bounded: only the last
+`MAX_SCAN_CHARS` characters are read (the answer is at the end), and braces are matched in one pass.
+`relation_chains` finds ``a = b = c`` chains (also ``\\approx``, ``\\to``, ``\\Rightarrow``, ...) so that the
+verifier can require every side of a chain to be equal (see `envs.math.check`).
+
 Example:
     >>> extract_answer("so $x=2$ and the answer is \\boxed{\\frac{1}{2}}.")
     '\\\\frac{1}{2}'
@@ -31,28 +36,92 @@ _HASHES_RE = re.compile(r"####\s*")
 _NUMBER_RE = re.compile(r"(?<![\w.])-?\d[\d,]*(?:\.\d+)?(?:\s*/\s*\d+)?|(?<![\w.])-?\.\d+")
 
 
+MAX_SCAN_CHARS = 1 << 17
+_BRACE_TOKEN_RE = re.compile(r"\\.|[{}]", re.S)
+
+
 def last_boxed(text: str) -> str | None:
-    """The content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) with balanced braces, or None."""
+    """The content of the last ``\\boxed{...}`` (or ``\\fbox{...}``) with balanced braces, or None.
+
+    Linear: one pass matches every brace (``\\{`` and ``\\}`` are escaped characters, not braces).
+    """
     starts = [m.end() for m in _BOX_RE.finditer(text)]
+    if not starts:
+        return None
+    close: dict[int, int] = {}
+    stack: list[int] = []
+    for m in _BRACE_TOKEN_RE.finditer(text, starts[0] - 1):
+        c = m.group()
+        if c == "{":
+            stack.append(m.start())
+        elif c == "}" and stack:
+            close[stack.pop()] = m.start()
     for start in reversed(starts):
-        depth = 1
-        i = start
-        while i < len(text):
-            c = text[i]
-            if c == "\\" and i + 1 < len(text):  # skip escaped characters such as \{ and \}
+        end = close.get(start - 1)
+        if end is not None:
+            content = text[start:end].strip()
+            if content:
+                return content
+    return None
+
+
+#: Relations whose sides a chain asserts to be equal (``=`` itself, and the arrows/approximations that
+#: math-verify reads as "the right-hand side is the answer").
+_RELATION_RE = re.compile(
+    r"\\(?:approx|to|rightarrow|Rightarrow|longrightarrow|Longrightarrow|implies|equiv|simeq|cong)(?![A-Za-z])"
+    r"|(?<![<>!:=\\])=(?!=)"
+)
+_OPEN, _CLOSE = "([{", ")]}"
+
+
+def relation_chains(answer: str) -> list[list[str]]:
+    """Every chain ``a = b (= c ...)`` in `answer`: at each bracket level, comma-separated items are split at
+    top-level relations; an item with two or more sides is a chain. Linear in the length of `answer`."""
+    chains: list[list[str]] = []
+    # level stack of (start of current item, relation positions in the current item)
+    stack: list[tuple[int, list[tuple[int, int]]]] = [(0, [])]
+
+    def close_item(end: int) -> None:
+        start, rels = stack[-1]
+        if rels:
+            cuts = [start] + [p for r in rels for p in r] + [end]
+            sides = [answer[cuts[k] : cuts[k + 1]].strip(" &$") for k in range(0, len(cuts), 2)]
+            chains.append(sides)
+
+    i, n = 0, len(answer)
+    while i < n:
+        c = answer[i]
+        if c == "\\":
+            m = _RELATION_RE.match(answer, i)
+            if m:
+                stack[-1][1].append((m.start(), m.end()))
+                i = m.end()
+                continue
+            tok = i
+            if i + 1 < n and answer[i + 1] in "{}":  # \{ \} are set brackets
+                c = answer[i + 1]
+                i += 1
+            else:
                 i += 2
                 continue
-            if c == "{":
-                depth += 1
-            elif c == "}":
-                depth -= 1
-                if depth == 0:
-                    content = text[start:i].strip()
-                    if content:
-                        return content
-                    break
-            i += 1
-    return None
+        else:
+            tok = i  # where the bracket token starts
+        if c in _OPEN:
+            stack.append((i + 1, []))
+        elif c in _CLOSE and len(stack) > 1:
+            close_item(tok)
+            stack.pop()
+        elif c in ",;":
+            close_item(i)
+            stack[-1] = (i + 1, [])
+        elif c == "=" and _RELATION_RE.match(answer, i):
+            stack[-1][1].append((i, i + 1))
+        i += 1
+    while len(stack) > 1:
+        close_item(n)
+        stack.pop()
+    close_item(n)
+    return chains
 
 
 def _after_marker(text: str, pattern: re.Pattern[str]) -> str | None:
@@ -91,6 +160,8 @@ def extract_answer(text: str, methods: Sequence[str] = DEFAULT_METHODS) -> str |
     Raises:
         ValueError: an unknown method name (the message lists the known ones).
     """
+    if len(text) > MAX_SCAN_CHARS:
+        text = text[-MAX_SCAN_CHARS:]
     for method in methods:
         if method == "boxed":
             found = last_boxed(text)

@@ -51,6 +51,8 @@ class MathVerifierConfig:
         float_rounding: Decimal places math-verify rounds floats to before comparing.
         cache_size: Results kept for repeated (reference, answer) pairs (0 disables the cache).
         start_timeout_s: How long a worker may take to start (import math-verify) before it counts as broken.
+        memory_mb: Address-space cap (RLIMIT_AS) of each worker process (0: none).
+        max_answer_chars: Extracted answers longer than this (and than 4x the reference) are wrong unchecked.
     """
 
     workers: int = field(default_factory=lambda: max(1, min(4, os.cpu_count() or 1)))
@@ -60,6 +62,8 @@ class MathVerifierConfig:
     float_rounding: int = 6
     cache_size: int = 65536
     start_timeout_s: float = 60.0
+    memory_mb: int = 3072
+    max_answer_chars: int = 2000
 
     def __post_init__(self) -> None:
         if self.workers < 1:
@@ -138,7 +142,15 @@ class MathVerifier:
         env["PYTHONPATH"] = _REPO_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         env.setdefault("OMP_NUM_THREADS", "1")
         self._zygote = subprocess.Popen(
-            [sys.executable, "-m", "envs.math.worker", "--fd", str(child.fileno())],
+            [
+                sys.executable,
+                "-m",
+                "envs.math.worker",
+                "--fd",
+                str(child.fileno()),
+                "--memory-mb",
+                str(self.config.memory_mb),
+            ],
             pass_fds=(child.fileno(),),
             stdin=subprocess.DEVNULL,
             env=env,
@@ -268,6 +280,9 @@ class MathVerifier:
             answer = extract_answer(resp, self.config.extraction)
             if answer is None:
                 out[i] = MathResult(Verdict.NO_ANSWER, 0.0, None, f"no answer found by {self.config.extraction}")
+                continue
+            if len(answer) > max(self.config.max_answer_chars, 4 * len(prob.answer)):
+                out[i] = MathResult(Verdict.WRONG, 0.0, answer[:200], f"answer longer than {len(answer)} chars")
                 continue
             key = (prob.scorer + ":" + (prob.rg_dataset or ""), prob.answer, answer)
             if prob.scorer == "reasoning_gym":

@@ -5,6 +5,8 @@ it up once, then forks a ready worker for every ``spawn`` request. A request car
 pair (passed as a file descriptor over the control socket); the zygote answers with the new worker's pid, so
 the parent can SIGKILL a stuck worker and get a replacement in milliseconds instead of re-importing sympy.
 
+Each worker caps its address space (RLIMIT_AS, ``--memory-mb``) before its first check: a pathological answer
+that makes sympy allocate without bound gets a MemoryError (a wrong answer), not the machine's memory.
 A worker receives ``(index, CheckTask)`` messages and answers each with ``(index, verdict value, detail)``. It
 runs checks on its main thread, so the timer in `envs.math.check` works. An empty message or EOF ends it.
 """
@@ -19,10 +21,15 @@ import struct
 from multiprocessing.connection import Connection
 
 
-def serve(fd: int) -> None:
-    """Answer checks on the socket `fd` until EOF."""
+def serve(fd: int, memory_mb: int = 0) -> None:
+    """Answer checks on the socket `fd` until EOF, with at most `memory_mb` MiB of address space (0: no cap)."""
     from envs.math.check import check
 
+    if memory_mb:
+        import resource
+
+        cap = memory_mb << 20
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     conn = Connection(fd)
     conn.send(("ready", os.getpid()))
     while True:
@@ -40,7 +47,7 @@ def serve(fd: int) -> None:
             break
 
 
-def zygote(control: socket.socket) -> None:
+def zygote(control: socket.socket, memory_mb: int = 0) -> None:
     """Fork a worker for each fd received on `control`; reply with its pid. Ends at EOF."""
     from envs.math.check import warm_up
 
@@ -59,7 +66,7 @@ def zygote(control: socket.socket) -> None:
             try:
                 control.close()
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                serve(fds[0])
+                serve(fds[0], memory_mb)
             finally:
                 os._exit(0)
         os.close(fds[0])
@@ -70,8 +77,9 @@ def main(argv: list[str] | None = None) -> None:
     """Command line entry point (the parent runs it; see the module docstring)."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--fd", type=int, required=True, help="the inherited control socket")
+    parser.add_argument("--memory-mb", type=int, default=0, help="address-space cap of each worker (0: none)")
     args = parser.parse_args(argv)
-    zygote(socket.socket(fileno=args.fd))
+    zygote(socket.socket(fileno=args.fd), args.memory_mb)
 
 
 if __name__ == "__main__":

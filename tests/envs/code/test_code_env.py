@@ -145,7 +145,9 @@ def test_mbpp_env_oracle_and_multi_turn(tmp_path, verifier):
     obs, r, term, _, info = env.step("```python\ndef is_not_prime(n):\n    return n > 20\n```")
     # reward_mode "all" stops at the first failing test: `passed` counts the tests before it.
     assert (r, term, info["passed"], info["total"], info["verdict"]) == (0.0, False, 1, 3, "wrong")
-    assert "is_not_prime(10)" in obs and "1 attempt left" in obs
+    # Feedback says which test failed and how, never the test itself (its input, expected value or code).
+    assert "test 2 of 3 failed: wrong answer" in obs and "1 attempt left" in obs
+    assert "is_not_prime(10)" not in obs and "True" not in obs
     obs, r, term, _, info = env.step("```python\n" + MBPP[1]["code"] + "\n```")
     assert (r, term, info["success"], info["won"]) == (1.0, True, True, True)
 
@@ -164,3 +166,25 @@ def test_default_env_contract_and_humaneval_canonical_all_pass(verifier):
     for seed in range(3):
         obs, info = env.reset(seed=seed)
         assert run_oracle(env, make_oracle("envkit/Code-v0"), obs, info, max_steps=1).success
+
+
+def test_check_paths_and_mbpp_setup(verifier):
+    he = humaneval_problems()
+    judge = sorted(p.id for p in he if p.check_path == "judge")
+    assert len(he) - len(judge) == 158 and judge == [
+        f"HumanEval/{i}" for i in (151, 32, 38, 44, 50, 53)
+    ]  # sorted as strings
+    assert record_to_problem(HE).check_path == "judge"  # its check has a loop
+    p = record_to_problem(
+        {
+            "task_id": 9,
+            "text": "the n smallest",
+            "code": "def smallest(xs, n):\n    return hq.nsmallest(n, xs)",
+            "test_list": ["assert smallest([3, 1, 2], 2) == [1, 2]", "assert smallest([5], 1) == [5]"],
+            "test_setup_code": "import heapq as hq",  # the original ran it in the program's namespace
+        }
+    )
+    assert p.check_path == "literal" and p.literal_tests is not None
+    assert [t.calls for t in p.literal_tests] == [((([3, 1, 2], 2), ()),), ((([5], 1), ()),)]
+    res = verifier.verify_many([p.reference_code or "", "def smallest(xs, n):\n    return xs[:n]"], [p, p])
+    assert [r.reward for r in res] == [1.0, 0.0]
