@@ -31,8 +31,10 @@ sys.exit(0 if ok else 1)
 PY
 }
 if ! want_ok; then
-  "$PY" -m pip install -q --no-deps -c constraints.txt openenv-core trl gem-llm skyrl-gym verl omegaconf hydra-core \
-    "antlr4-python3-runtime==4.9.3"
+  # antlr4 4.9.3 / omegaconf / hydra-core are pinned here, not in constraints.txt: that file also serves the
+  # machine's Python, whose math-verify needs antlr4 4.13.2.
+  "$PY" -m pip install -q --no-deps -c constraints.txt openenv-core trl gem-llm skyrl-gym verl \
+    "omegaconf==2.3.1" "hydra-core==1.3.8" "antlr4-python3-runtime==4.9.3"
   "$PY" -m pip install -q -c constraints.txt "torch==2.13.0" "transformers==5.15.0" \
     fastapi uvicorn websockets fastmcp tomli tomli-w httpx pyyaml \
     accelerate datasets jinja2 pandas psutil \
