@@ -40,7 +40,7 @@ from envs.swe.layers import LayerStore, OverlayError, OverlayTree
 from envs.swe.sandbox import WORKDIR, Backend, Limits, LocalBackend
 from envs.swe.tasks import Task, load_tasks
 from envs.swe.tools import TOOLS, ToolError, create, parse_action, str_replace, view
-from envs.swe.workspace import TaskLayers, pristine_test_files, task_layers
+from envs.swe.workspace import TaskLayers, task_layers
 
 INSTRUCTIONS = f"""You are working in a software repository at {WORKDIR}. Fix the issue below so that the
 repository's tests pass. Act with one JSON tool call per message:
@@ -237,10 +237,13 @@ class SWEEnv(SnapshotEnvBase):
         return obs, reward, submitted, truncated, dict(info)
 
     def evaluate(self) -> Grade:
-        """Grade the current tree (resets the test files in it: call at the end of an episode)."""
-        assert self.layers is not None
-        files = pristine_test_files(self.store, self.task, self.layers)
-        self.last_grade = grade(self.backend, self.root, self.task, files, timeout=self.test_timeout)
+        """Grade the current tree: its source changes on pristine tests (`envs.swe.grading`; the tree is untouched)."""
+        assert self.layers is not None and self.tree is not None
+        stack = self.tree.freeze()
+        try:
+            self.last_grade = grade(self.backend, self.store, self.task, self.layers, stack, timeout=self.test_timeout)
+        finally:
+            self.store.decref(stack)
         return self.last_grade
 
     def _snapshot(self) -> SWEState:
