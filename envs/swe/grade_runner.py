@@ -5,11 +5,14 @@ Usage: ``python -I -B grade_runner.py REPORT REPO [pytest args...]``.
 ``-I``: no PYTHON* variables, no user site, no script or cwd directory on ``sys.path``. pytest, pluggy and the
 standard library are imported *before* ``REPO`` joins ``sys.path``, so no file in the repository can shadow
 them. Per-test verdicts come from pytest's report hooks (every phase, subtests included: one failed report fails
-the test) and are written as JSON to ``REPORT``, opened before any repository code runs. stdout is not read.
+the test) and are written as JSON to ``REPORT`` (opened before any repository code runs) after the
+processes the tests left behind are killed; then the runner leaves by ``os._exit`` (no atexit hooks). stdout
+is not read.
 """
 
 import json
 import os
+import signal
 import sys
 
 sys.dont_write_bytecode = True
@@ -44,17 +47,32 @@ class Verdicts:
             self.collect_errors.append(report.nodeid)
 
 
+def _kill_strays() -> None:
+    """SIGKILL every other process of the sandbox but its init and our shell (children the tests left behind)."""
+    keep = {1, os.getpid(), os.getppid()}
+    for _ in range(3):
+        for name in os.listdir("/proc"):
+            if name.isdigit() and int(name) not in keep:
+                try:
+                    os.kill(int(name), signal.SIGKILL)
+                except OSError:
+                    pass
+
+
 def main() -> int:
     report, repo, args = sys.argv[1], sys.argv[2], sys.argv[3:]
     fd = os.open(report, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     sys.path.insert(0, repo)
     plugin = Verdicts()
     code = pytest.main(args, plugins=[plugin])
+    _kill_strays()
     data = json.dumps({"exit": int(code), "status": plugin.status, "collect_errors": plugin.collect_errors})
     os.ftruncate(fd, 0)
     os.pwrite(fd, data.encode(), 0)
     os.close(fd)
-    return int(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(int(code))  # no atexit hooks (the code under test may have registered some)
 
 
 if __name__ == "__main__":
