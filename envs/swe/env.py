@@ -197,6 +197,8 @@ class SWEEnv(SnapshotEnvBase):
             call = parse_action(action)
         except ToolError as exc:
             return str(exc), {"invalid": True, "tool": ""}, False
+        except (ValueError, TypeError, RecursionError, MemoryError) as exc:  # e.g. int digits limit of json
+            return f"invalid action: {exc}"[:2000], {"invalid": True, "tool": ""}, False
         a = call.args
         extra: dict[str, Any] = {"tool": call.tool}
         try:
@@ -219,6 +221,8 @@ class SWEEnv(SnapshotEnvBase):
             return f"Error: {exc}", {**extra, "invalid": True}, False
         except OSError as exc:
             return f"Error: {exc.strerror or exc}", {**extra, "invalid": True}, False
+        except (ValueError, UnicodeError, OverflowError, RecursionError, MemoryError) as exc:
+            return f"Error: the action could not be carried out: {exc}"[:2000], {**extra, "invalid": True}, False
         raise AssertionError(f"unhandled tool {call.tool}; known {TOOLS}")  # pragma: no cover
 
     def _step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:

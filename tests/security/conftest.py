@@ -48,7 +48,7 @@ class Agent:
         return self.env.step(json.dumps(call))
 
     def bash(self, command: str, **kw):
-        obs, *_ , info = self.step(tool="bash", command=command, **kw)
+        obs, *_, info = self.step(tool="bash", command=command, **kw)
         return obs
 
     def create(self, path: str, text: str) -> str:

@@ -196,7 +196,9 @@ def test_subfailed_is_a_failure(swe_env, swe_tasks, swe_agent_cls):
         + "".join(f"+{line}\n" for line in lines)
     )
     tid = "tests/test_hidden_sub.py::HiddenSubtests::test_exactly_n_subtests"
-    task = dataclasses.replace(base, instance_id="hidden-subtests", test_patch=patch, fail_to_pass=(tid,), pass_to_pass=())
+    task = dataclasses.replace(
+        base, instance_id="hidden-subtests", test_patch=patch, fail_to_pass=(tid,), pass_to_pass=()
+    )
     from envs.swe.env import SWEEnv
 
     env = SWEEnv(tasks=[task], store=swe_env.store, test_timeout=120)
