@@ -144,7 +144,12 @@ class SWEEnv(SnapshotEnvBase):
         if self.tree is None or self.tree.pinned != len(self.layers.start):
             if self.tree is not None:
                 self.tree.close()
-            self.tree = OverlayTree(self.store, pinned=len(self.layers.start), max_layers=self.max_layers)
+            self.tree = OverlayTree(
+                self.store,
+                pinned=len(self.layers.start),
+                max_layers=self.max_layers,
+                size_mb=self.backend.limits.repo_mb,
+            )
         return self.layers
 
     def _info(self, **extra: Any) -> dict[str, Any]:

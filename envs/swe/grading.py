@@ -308,7 +308,9 @@ def grade(
     """Grade the work-tree state `stack` (see the module docstring); the agent's tree is not touched."""
     args = pytest_args(task.test_command)
     layer, dropped = source_layer(store, task, layers, stack, uid)
-    tree = OverlayTree(store, pinned=len(layers.tests) + 1, max_layers=len(layers.tests) + 2, uid=uid)
+    tree = OverlayTree(
+        store, pinned=len(layers.tests) + 1, max_layers=len(layers.tests) + 2, uid=uid, size_mb=backend.limits.repo_mb
+    )
     report_dir = tempfile.mkdtemp(prefix="envkit-swe-report-")
     try:
         try:

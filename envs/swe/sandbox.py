@@ -287,7 +287,8 @@ class LocalBackend:
         reason = "off (cgroups=False)"
         if cgroups:
             mb = 1 << 20
-            self.cgroups = Cgroups(self.limits.nproc + 16, (self.limits.memory_mb + self.limits.tmp_mb) * mb)
+            lim = self.limits
+            self.cgroups = Cgroups(lim.nproc + 16, (lim.memory_mb + lim.tmp_mb + lim.repo_mb) * mb)
             reason = self.cgroups.reason
         self.isolation = {
             "user_namespace": "on (no nested user namespaces)",
