@@ -324,7 +324,16 @@ class LocalBackend:
         for host, inside, writable in binds:
             argv += ["--bind" if writable else "--ro-bind", host, inside]
         argv += ["--setenv", "PATH", TRUSTED_PATH, "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8"]
-        argv += ["--", "/bin/bash", "--noprofile", "--norc", "-c", shell_script(state_fd, input_fd, self.limits.nproc)]
+        argv += [
+            "--remount-ro",
+            "/",
+            "--",
+            "/bin/bash",
+            "--noprofile",
+            "--norc",
+            "-c",
+            shell_script(state_fd, input_fd, self.limits.nproc),
+        ]
         return argv
 
     def _rlimits(self, cpu_seconds: int) -> dict[int, int]:
