@@ -1,11 +1,14 @@
 """Where the SWE env's shell commands run: one `Backend` interface, two implementations.
 
-- `LocalBackend` (default): bubblewrap. Each command runs in fresh namespaces (no network: only a private
-  loopback; own PID, IPC and UTS namespaces), sees the host's system directories and Python read-only, the work
-  tree read-write at ``/repo`` and a private tmpfs at ``/tmp``, runs as an unprivileged uid (65534) with no
-  capabilities and no-new-privs, under rlimits (memory, CPU seconds, processes, file size) and a wall-clock
-  timeout that kills the whole sandbox. Needs ``bwrap`` and ``setpriv`` and root (bubblewrap binds as root,
-  then drops to the uid).
+- `LocalBackend` (default): bubblewrap, started unprivileged (`envs.swe.confine`: root forks, joins the
+  backend's cgroups, sets rlimits and drops to uid 65534 before exec'ing ``/usr/bin/bwrap`` with a fixed
+  environment). Each command runs in a fresh user namespace (that uid only, no nested user namespaces, no
+  capabilities, bounding set empty, no-new-privs) with its own mount, PID, net (loopback only), IPC, UTS and
+  cgroup namespaces; it sees the host's system directories and Python read-only, the work tree read-write at
+  ``/repo`` and a private, sized tmpfs at ``/tmp``, under rlimits (memory, CPU seconds, processes per user
+  namespace, file size, open files), a per-backend pids/memory cgroup where the kernel offers one, and a
+  wall-clock timeout that kills the whole sandbox. The agent's cwd, command and variables reach only the
+  sandboxed bash (through a file descriptor). Needs root, ``bwrap`` >= 0.8 and unprivileged user namespaces.
 - `envs.swe.container.DockerBackend`: the same commands through the Docker Engine API (``docker`` SDK; works
   against Podman's Docker-compatible socket).
 
@@ -238,6 +241,24 @@ def read_capped(proc: subprocess.Popen[bytes], deadline: float, keep: int, hard:
             return bytes(head), bytes(tail), total, "overflow"
 
 
+_BWRAP_OK: dict[str, bool] = {}
+
+
+def _check_bwrap(path: str) -> None:
+    """bubblewrap >= 0.8 (``--disable-userns``, ``--size``) is needed; checked once per binary."""
+    if _BWRAP_OK.get(path):
+        return
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, env={"PATH": TRUSTED_PATH}).stdout
+    parts = out.split()[-1].split(".") if out.split() else []
+    version = tuple(int(p) for p in parts if p.isdigit())
+    if version < (0, 8):
+        raise SandboxError(
+            f"the SWE env's local backend needs bubblewrap >= 0.8 (--disable-userns, --size), found {out.strip()!r}: "
+            "install a newer bubblewrap or use backend='docker'"
+        )
+    _BWRAP_OK[path] = True
+
+
 class LocalBackend:
     """bubblewrap sandbox (see the module docstring and `envs.swe.confine`).
 
@@ -271,6 +292,7 @@ class LocalBackend:
                 "bubblewrap bash (or use backend='docker')"
             )
         self._bwrap = os.path.realpath(str(found["bwrap"]))
+        _check_bwrap(self._bwrap)
         if os.geteuid() != 0:
             raise SandboxError(
                 "the SWE env's local backend needs root: it mounts overlayfs work trees (and cgroups) before "
@@ -412,7 +434,14 @@ class LocalBackend:
             if view is not None:
                 self._views.release(view)
         if code != 0 and head.startswith(b"bwrap:") and not why:
-            raise SandboxError(f"bubblewrap could not start the sandbox: {head.decode(errors='replace').strip()}")
+            msg = head.decode(errors="replace").strip()
+            hint = (
+                " (unprivileged user namespaces are disabled: sysctl user.max_user_namespaces=N>0, and on Ubuntu "
+                "kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile for bwrap)"
+                if "uid map" in msg or "user namespace" in msg or "No permissions" in msg
+                else ""
+            )
+            raise SandboxError(f"bubblewrap could not start the sandbox: {msg}{hint}")
         new_cwd, new_env = parse_state(b"" if len(raw) > _STATE_MAX else raw, cwd, env)
         out = cap_output(head, tail, total, chars)
         if why == "timeout":
