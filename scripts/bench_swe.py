@@ -18,6 +18,7 @@ layer stack, and one sandboxed command with and without the per-backend cgroup. 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import resource
@@ -111,9 +112,9 @@ def bench_overlay(
         ms, stack = timed(tree.freeze)
         snap_ms.append(ms)
         edit(Path(tree.merged), i + 1000, listing)
-        ms, _ = timed(lambda s=stack: tree.mount(s))
+        ms, _ = timed(functools.partial(tree.mount, stack))  # type: ignore[arg-type]
         rest_ms.append(ms)
-    main_stats = {"snapshot_ms": stats(snap_ms), "restore_ms": stats(rest_ms), **cpu_stats()}
+    main_stats: dict[str, object] = {"snapshot_ms": stats(snap_ms), "restore_ms": stats(rest_ms), **cpu_stats()}
     merge_ms: list[float] = []
     for i in tqdm(range(deep), desc="deep stack", file=sys.stderr):
         Path(tree.merged, f"deep_{i}.txt").write_text(str(i))
@@ -143,10 +144,8 @@ def bench_commands(tmp: Path, rounds: int) -> dict[str, object]:
     out: dict[str, object] = {}
     for key, cg in (("userns_pidns_no_cgroup", False), ("userns_pidns_cgroup", True)):
         b = LocalBackend(cgroups=cg)
-        ms = [
-            timed(lambda b=b: b.run(str(work), "true", cwd="/repo", env=b.base_env(), timeout=10))[0]
-            for _ in range(rounds)
-        ]
+        run = functools.partial(b.run, str(work), "true", cwd="/repo", env=b.base_env(), timeout=10)
+        ms = [timed(run)[0] for _ in range(rounds)]
         out[key] = {"command_ms": stats(ms), "cgroup": b.isolation["cgroup"] or b.isolation["cgroup_missing"]}
         b.close()
     return out
@@ -186,7 +185,7 @@ def main(
         for i in tqdm(range(rounds), desc="cp -a", file=sys.stderr):
             edit(work, i, listing)
             dst = tmp / f"copy_snap_{i}"
-            ms, _ = timed(lambda d=dst: sh("cp", "-a", str(work), str(d), cwd=tmp))
+            ms, _ = timed(functools.partial(sh, "cp", "-a", str(work), str(dst), cwd=tmp))
             snap_ms.append(ms)
             edit(work, i + 1000, listing)
 
@@ -219,7 +218,7 @@ def main(
             ms, tree_id = timed(lambda: (sh("git", "add", "-A", cwd=work, env=env), sh("git", "write-tree", cwd=work, env=env))[1].strip())  # fmt: skip
             snap_ms.append(ms)
             edit(work, i + 1000, listing)
-            ms, _ = timed(lambda t=tree_id: (sh("git", "read-tree", "--reset", "-u", str(t), cwd=work, env=env), sh("git", "clean", "-fdxq", cwd=work, env=env)))  # fmt: skip
+            ms, _ = timed(lambda t=tree_id: (sh("git", "read-tree", "--reset", "-u", str(t), cwd=work, env=env), sh("git", "clean", "-fdxq", cwd=work, env=env)))  # type: ignore[misc]  # fmt: skip
             rest_ms.append(ms)
         result["git"] = {"snapshot_ms": stats(snap_ms), "restore_ms": stats(rest_ms), **cpu_stats()}
 
@@ -234,7 +233,7 @@ def main(
             ms, s = timed(env_obj.snapshot)
             snap_ms.append(ms)
             Path(env_obj.root, "README.rst").unlink(missing_ok=True)
-            ms, _ = timed(lambda s=s: env_obj.restore(s))
+            ms, _ = timed(functools.partial(env_obj.restore, s))  # type: ignore[arg-type]
             rest_ms.append(ms)
         env_obj.close()
         result["swe_env"] = {"snapshot_ms": stats(snap_ms), "restore_ms": stats(rest_ms)}

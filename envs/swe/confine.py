@@ -204,12 +204,12 @@ class Cgroups:
                 ("pids", {"pids.max": pids_max}),
                 ("memory", {"memory.limit_in_bytes": memory_bytes, "memory.memsw.limit_in_bytes": memory_bytes}),
             ):
-                own = _own_cgroup(ctl)
+                mine = _own_cgroup(ctl)
                 root = base / ctl
-                if own is None or not root.is_dir():
+                if mine is None or not root.is_dir():
                     reasons.append(f"{ctl}: no cgroup v1 hierarchy mounted at {root}")
                     continue
-                self._make(ctl, root / own.lstrip("/") / name, files, reasons)
+                self._make(ctl, root / mine.lstrip("/") / name, files, reasons)
         self.reason = "; ".join(reasons)
         atexit.register(self.close)
 

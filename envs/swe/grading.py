@@ -229,7 +229,7 @@ def source_layer(
         if st is None:
             if lookup(store, tests, rel) is not None:
                 _whiteout(dst)
-        elif stat.S_ISREG(st.st_mode):
+        elif final is not None and stat.S_ISREG(st.st_mode):
             os.link(final, dst, follow_symlinks=False)  # layers are immutable: share the inode
         else:
             dropped.append(rel)
