@@ -26,7 +26,6 @@ import ctypes
 import itertools
 import os
 import resource
-import shutil
 import signal
 import stat
 import tempfile
@@ -115,9 +114,7 @@ class HostViews:
                 pass
             except (ValueError, IndexError, PermissionError):
                 continue
-            for sub in d.iterdir():
-                umount(str(sub))
-            shutil.rmtree(d, ignore_errors=True)
+            _remove_views(d)
 
     def temporary(self, path: str) -> str:
         """A fresh read-write bind of `path` (a work tree) for one command; `release` it afterwards."""
@@ -150,12 +147,44 @@ class HostViews:
     def close(self) -> None:
         if self._by_pid.get(os.getpid()) is not self:
             return
-        for view in self._views.values():
-            umount(view)
         self._views.clear()
-        for d in Path(self.root).iterdir() if os.path.isdir(self.root) else ():
-            umount(str(d))
-        shutil.rmtree(self.root, ignore_errors=True)
+        _remove_views(Path(self.root))
+
+
+def _remove_views(root: Path) -> None:
+    """Detach every view under `root` and remove the (then empty) directories; never deletes through a mount."""
+    if not root.is_dir():
+        return
+    for sub in root.iterdir():
+        umount(str(sub))
+        try:
+            sub.rmdir()
+        except OSError:
+            pass
+    try:
+        root.rmdir()
+    except OSError:
+        pass
+
+
+def _remove_stale_cgroups(parent: Path) -> None:
+    """Remove empty ``envkit-swe-<pid>-<n>`` cgroups of processes that are gone (killed before `close`)."""
+    try:
+        entries = list(parent.glob("envkit-swe-*"))
+    except OSError:
+        return
+    for d in entries:
+        try:
+            os.kill(int(d.name.split("-")[2]), 0)
+            continue
+        except ProcessLookupError:
+            pass
+        except (ValueError, IndexError, PermissionError):
+            continue
+        try:
+            d.rmdir()
+        except OSError:
+            pass
 
 
 def _own_cgroup(controller: str) -> str | None:
@@ -214,6 +243,7 @@ class Cgroups:
         atexit.register(self.close)
 
     def _make(self, ctl: str, d: Path, files: dict[str, int], reasons: list[str]) -> None:
+        _remove_stale_cgroups(d.parent)
         if str(d) in self.dirs.values():  # v2: one directory for both controllers
             self.dirs[ctl] = str(d)
             self._limit(d, files, reasons, ctl)

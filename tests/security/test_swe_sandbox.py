@@ -293,3 +293,28 @@ def test_agent_path_does_not_reach_grading(swe_agent):
     r, info = swe_agent.submit()
     assert r == 1.0, swe_agent.env.last_grade.output[-2000:]
     assert not os.path.exists(os.path.join(swe_agent.env.root, "evil-ran"))
+
+
+def test_host_path_and_preload_do_not_choose_the_helpers(tree, tmp_path, monkeypatch):
+    """Even the env process's own PATH/LD_PRELOAD cannot substitute bwrap or bash: absolute paths, fixed env."""
+    evil = tmp_path / "evil"
+    evil.mkdir()
+    marker = tmp_path / "helper-ran"
+    for name in ("bwrap", "bash", "setpriv", "env"):
+        (evil / name).write_text(f"#!/bin/sh\necho {name} >> {marker}\nexit 0\n")
+        (evil / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{evil}:{os.environ['PATH']}")
+    b = LocalBackend()
+    try:
+        argv = b._argv(tree, 5, 6)
+        assert argv[0].startswith("/") and not argv[0].startswith(str(evil))
+        for flag in ("--unshare-user", "--disable-userns", "--unshare-pid", "--new-session", "--clearenv"):
+            assert flag in argv
+        assert argv[argv.index("--cap-drop") + 1] == "ALL"
+        assert "/bin/bash" in argv and "--cap-add" not in argv
+        monkeypatch.setenv("LD_PRELOAD", str(evil / "nope.so"))
+        r = run(b, tree, "echo fine; tr '\\0' '\\n' < /proc/1/environ")
+        assert r.output.splitlines()[0] == "fine" and "LD_PRELOAD" not in r.output
+        assert not marker.exists()
+    finally:
+        b.close()
