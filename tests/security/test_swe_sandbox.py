@@ -145,6 +145,7 @@ def test_writes_outside_the_overlay_fail(tree, swe_tasks):
         b.close()
 
 
+@pytest.mark.slow
 def test_kill_minus_one_cannot_reach_another_sandbox_or_the_host(tmp_path, swe_tasks):
     trees = []
     for name in ("a", "b"):
@@ -173,6 +174,7 @@ def test_kill_minus_one_cannot_reach_another_sandbox_or_the_host(tmp_path, swe_t
         b.close()
 
 
+@pytest.mark.slow
 def test_process_flood_does_not_starve_another_sandbox(tmp_path, swe_tasks):
     trees = []
     for name in ("a", "b"):
@@ -203,6 +205,7 @@ def test_process_flood_does_not_starve_another_sandbox(tmp_path, swe_tasks):
         b.close()
 
 
+@pytest.mark.slow
 def test_fork_bomb_is_contained_and_leaves_nothing(tree, swe_tasks):
     b = LocalBackend(Limits(nproc=128, timeout_s=10))
     if not b.cgroups or "pids" not in b.cgroups.dirs:
@@ -282,6 +285,7 @@ def test_memory_cgroup_bounds_the_sandbox_as_a_whole(tree, swe_tasks):
         b.close()
 
 
+@pytest.mark.slow
 def test_agent_path_does_not_reach_grading(swe_agent):
     """A fake python/git/bash first on the agent's exported PATH: grading uses its own environment."""
     swe_agent.env.reset(seed=0, options={"index": 2})
