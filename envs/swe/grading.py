@@ -288,7 +288,9 @@ def read_report(path: str) -> dict[str, str] | None:
     try:
         data = json.loads(raw)
         status = data["status"]
-    except (ValueError, KeyError, TypeError):
+        if data.get("tampered"):  # the code under test patched the test machinery: nothing counts
+            return {}
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
     if not isinstance(status, dict):
         return None
