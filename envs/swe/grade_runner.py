@@ -5,10 +5,12 @@ Usage: ``python -I -B grade_runner.py REPORT REPO [pytest args...]``.
 ``-I``: no PYTHON* variables, no user site, no script or cwd directory on ``sys.path``. pytest, pluggy and the
 standard library are imported *before* ``REPO`` joins ``sys.path``, so no file in the repository can shadow
 them. Per-test verdicts come from pytest's report hooks (every phase, subtests included: one failed report fails
-the test; the test machinery's functions are checked for monkeypatching after every test's teardown and at
-the end, and any change voids the run) and are written as JSON to ``REPORT`` (opened before any repository code runs) after the
-processes the tests left behind (the runner's own descendants: it is their subreaper) are killed; then the runner leaves by ``os._exit`` (no atexit hooks). stdout
-is not read.
+the test). The test machinery's functions are checked for monkeypatching after every test's teardown and at the
+end; any change voids the run. The verdicts are written as JSON to ``REPORT`` (opened before any repository code
+runs) after the processes the tests left behind are killed (only the runner's own descendants: it is their
+subreaper); then the runner leaves by ``os._exit`` (no atexit hooks). stdout is not read.
+
+Safe to run outside a sandbox: it never signals a process that is not its own descendant.
 """
 
 import json
