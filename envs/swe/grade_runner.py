@@ -84,6 +84,22 @@ def _code_file(value: object) -> str:
     return str(getattr(code, "co_filename", ""))
 
 
+def _from_tests(value: object, repo: str) -> bool:
+    """True for code in the repository's test files (pristine at grading: the tests' own patches are theirs)."""
+    path = _code_file(value)
+    prefix = repo.rstrip("/") + "/"
+    if not path.startswith(prefix):
+        return False
+    parts = path[len(prefix) :].split("/")
+    name = parts[-1]
+    return (
+        any(p in ("test", "tests", "testing") for p in parts[:-1])
+        or name.startswith("test_")
+        or name.endswith("_test.py")
+        or name == "conftest.py"
+    )
+
+
 def _installed(value: object, repo: str) -> bool:
     """True for code from an installed package (a pytest plugin), never from the repository or exec'd text."""
     path = _code_file(value)
@@ -110,7 +126,8 @@ class Verdicts:
 
     def check(self, where: str) -> None:
         if not self.tampered:
-            changed = _changed(self._base)
+            now = fingerprint()
+            changed = [k for k in _changed(self._base) if not _from_tests(now.get(k), self.repo)]
             if changed:
                 self.tampered = [f"{where}: {'.'.join(c)}" for c in changed[:20]]
 
