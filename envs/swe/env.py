@@ -148,7 +148,7 @@ class SWEEnv(SnapshotEnvBase):
                 self.store,
                 pinned=len(self.layers.start),
                 max_layers=self.max_layers,
-                size_mb=self.backend.limits.repo_mb,
+                size_mb=self.backend.limits.repo_mb or None,
             )
         return self.layers
 

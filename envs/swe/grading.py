@@ -311,7 +311,11 @@ def grade(
     args = pytest_args(task.test_command)
     layer, dropped = source_layer(store, task, layers, stack, uid)
     tree = OverlayTree(
-        store, pinned=len(layers.tests) + 1, max_layers=len(layers.tests) + 2, uid=uid, size_mb=backend.limits.repo_mb
+        store,
+        pinned=len(layers.tests) + 1,
+        max_layers=len(layers.tests) + 2,
+        uid=uid,
+        size_mb=backend.limits.repo_mb or None,
     )
     report_dir = tempfile.mkdtemp(prefix="envkit-swe-report-")
     try:

@@ -105,8 +105,10 @@ def copy_layer(src: str, dst: str) -> None:
             copy_layer(e.path, d)
             os.chmod(d, stat.S_IMODE(mode))
             os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))
-        elif stat.S_ISREG(mode):
-            shutil.copy2(e.path, d, follow_symlinks=False)
+        elif stat.S_ISREG(mode):  # data, mode and times; not overlay's own xattrs (origin, impure)
+            shutil.copyfile(e.path, d, follow_symlinks=False)
+            os.chmod(d, stat.S_IMODE(mode))
+            os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))
         elif stat.S_ISLNK(mode):
             os.symlink(os.readlink(e.path), d)
         elif stat.S_ISFIFO(mode):

@@ -66,7 +66,8 @@ class Limits:
         file_mb: Largest file a command may write (RLIMIT_FSIZE).
         tmp_mb: Size of the sandbox's private ``/tmp`` (a tmpfs).
         repo_mb: Size cap of everything written under ``/repo`` in one work tree (local backend: the overlay's
-            upper dir is a tmpfs of this size).
+            upper dir is a tmpfs of this size). 0: no cap (the upper dir sits in the layer store; snapshots are a
+            rename instead of a copy of the edits, but a command can fill the store's file system).
     """
 
     timeout_s: float = 60.0
@@ -84,9 +85,9 @@ class Limits:
             raise ValueError(f"Limits: need 0 < timeout_s <= max_timeout_s, got {self.timeout_s}, {self.max_timeout_s}")
         if self.output_chars < 200:
             raise ValueError(f"Limits.output_chars must be >= 200, got {self.output_chars}")
-        if min(self.memory_mb, self.nproc, self.file_mb, self.output_hard_bytes, self.tmp_mb, self.repo_mb) <= 0:
+        if min(self.memory_mb, self.nproc, self.file_mb, self.output_hard_bytes, self.tmp_mb) <= 0 or self.repo_mb < 0:
             raise ValueError(
-                "Limits: memory_mb, nproc, file_mb, output_hard_bytes, tmp_mb and repo_mb must be positive"
+                "Limits: memory_mb, nproc, file_mb, output_hard_bytes and tmp_mb must be positive, repo_mb >= 0"
             )
 
 
