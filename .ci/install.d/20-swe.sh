@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# SWE env: bubblewrap + setpriv for the local sandbox (00-apt installs bubblewrap), podman + runc for the
+# SWE env: bubblewrap >= 0.8 for the local sandbox (00-apt installs bubblewrap), podman + runc for the
 # docker-backend tests (driven through Podman's Docker-compatible API; skipped with the reason if it cannot start).
 set -euo pipefail
 pkgs="bubblewrap util-linux podman runc git"

@@ -22,8 +22,10 @@ import secrets
 import shutil
 import subprocess
 import tarfile
+import threading
 import time
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +94,75 @@ def start_podman_service(directory: str | Path, timeout: float = 30.0) -> tuple[
     return f"unix://{sock}", proc
 
 
+_STATE_KEEP = 2 << 20  # bytes of the output's end kept for the shell state (cwd + env) after the marker
+
+
+def _kill(container: Any) -> None:
+    try:
+        container.kill()
+    except Exception:  # already gone: the engine answers 404/409 in several exception types
+        pass
+
+
+class LogReader(threading.Thread):
+    """Streams a container's output while it runs (attached before it starts; Podman's ``logs(follow=True)``
+    drops lines under load), keeping the first `keep` and last `state_keep` bytes.
+
+    Memory is bounded whatever the command writes; past `hard` bytes the container is killed (`overflow`).
+    """
+
+    def __init__(self, container: Any, *, keep: int, state_keep: int, hard: int) -> None:
+        super().__init__(name="envkit-docker-logs", daemon=True)
+        self.container = container
+        self.keep, self.state_keep, self.hard = keep, state_keep, hard
+        self.head = bytearray()
+        self._tail: deque[bytes] = deque()
+        self._tail_len = 0
+        self.total = 0
+        self.overflow = False
+        self._stream: Any = None
+
+    def attach(self) -> None:
+        """Attach to the (created, not started) container's output: nothing it writes is missed."""
+        self._stream = self.container.attach(stdout=True, stderr=True, stream=True, logs=False)
+
+    def run(self) -> None:
+        try:
+            for chunk in self._stream:
+                if self.overflow:  # keep draining (discarding) so the engine can deliver the kill and the exit
+                    continue
+                self._add(chunk)
+                if self.total > self.hard:
+                    self.overflow = True
+                    threading.Thread(target=_kill, args=(self.container,), daemon=True).start()
+        except Exception:  # the container went away under the stream: what was read stands
+            pass
+
+    def _add(self, chunk: bytes) -> None:
+        self.total += len(chunk)
+        if len(self.head) < self.keep:
+            take = self.keep - len(self.head)
+            self.head += chunk[:take]
+            chunk = chunk[take:]
+        if chunk:
+            self._tail.append(chunk)
+            self._tail_len += len(chunk)
+            while self._tail_len - len(self._tail[0]) >= self.state_keep:
+                self._tail_len -= len(self._tail.popleft())
+
+    def tail(self) -> bytes:
+        data = b"".join(self._tail)
+        return data[-self.state_keep :]
+
+    def stop(self) -> None:
+        stream = self._stream
+        if stream is not None and hasattr(stream, "close"):
+            try:
+                stream.close()
+            except Exception:
+                pass
+
+
 class DockerBackend:
     """Docker Engine API backend (see the module docstring).
 
@@ -144,8 +215,12 @@ class DockerBackend:
         env: Mapping[str, str],
         timeout: float,
         output_chars: int | None = None,
+        binds: Sequence[tuple[str, str, bool]] = (),
     ) -> CommandResult:
-        """Run `command` with bash in a fresh container on work tree `tree` (see `LocalBackend.run`)."""
+        """Run `command` with bash in a fresh container on work tree `tree` (see `LocalBackend.run`).
+
+        Output is streamed while the command runs: head and tail are kept (the middle dropped), and the container
+        is killed once it has written ``limits.output_hard_bytes``."""
         docker = require("docker", extra="swe", what="the SWE env's docker backend")
         chars = output_chars or self.limits.output_chars
         timeout = max(0.1, min(float(timeout), self.limits.max_timeout_s))
@@ -159,11 +234,12 @@ class DockerBackend:
         volumes: dict[str, dict[str, str]] = {d: {"bind": d, "mode": "ro"} for d in ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib64") if os.path.exists(d)}  # fmt: skip
         volumes |= {p: {"bind": p, "mode": "ro"} for p in self._prefix}
         volumes[tree] = {"bind": WORKDIR, "mode": "rw"}
+        for host, inside, writable in binds:
+            volumes[host] = {"bind": inside, "mode": "rw" if writable else "ro"}
         mb = 1 << 20
-        container = self.client.containers.run(
+        container = self.client.containers.create(
             self.image_id,
             ["bash", "-c", script],
-            detach=True,
             user=f"{self.uid}:{self.uid}",
             working_dir="/",
             environment={**env, "ENVKIT_CMD": command, "ENVKIT_CWD": cwd},
@@ -171,7 +247,7 @@ class DockerBackend:
             network_mode="none",
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
-            tmpfs={"/tmp": "rw,size=1g"},
+            tmpfs={"/tmp": f"rw,size={self.limits.tmp_mb}m"},
             mem_limit=self.limits.memory_mb * mb,
             pids_limit=self.limits.nproc,
             ulimits=[
@@ -180,26 +256,45 @@ class DockerBackend:
                 docker.types.Ulimit(name="fsize", soft=self.limits.file_mb * mb, hard=self.limits.file_mb * mb),
             ],
             hostname="sandbox",
+            log_config=docker.types.LogConfig(type="none"),  # output is only streamed (attach), never stored
         )
+        reader = LogReader(container, keep=4 * chars, state_keep=_STATE_KEEP, hard=self.limits.output_hard_bytes)
+        try:
+            reader.attach()
+            container.start()
+        except Exception:
+            container.remove(force=True)
+            raise
+        reader.start()
         timed_out = False
+        code: int | None = None
         try:
             try:
-                code: int | None = int(container.wait(timeout=timeout)["StatusCode"])
+                code = int(container.wait(timeout=timeout)["StatusCode"])
             except Exception:  # requests' ReadTimeout / ConnectionError: the command ran too long
-                timed_out = True
-                code = None
-                container.kill()
-            data = container.logs(stdout=True, stderr=True)
+                timed_out = not reader.overflow
+                _kill(container)
+            reader.join(timeout=10)
         finally:
+            reader.stop()
             container.remove(force=True)
+        if reader.overflow:
+            code, timed_out = None, False
+        head_b, tail_b, total = bytes(reader.head), reader.tail(), reader.total
+        data = head_b + tail_b if total <= len(head_b) + len(tail_b) else tail_b
         head, sep, state = data.rpartition(f"\n{marker}\n".encode())
         if not sep:
             head, state = data, b""
         env_in = dict(env)
         new_cwd, new_env = parse_state(state, cwd, env_in)
-        out = cap_output(head, b"", len(head), chars)
+        if total <= len(head_b) + len(tail_b):
+            out = cap_output(head, b"", len(head), chars)
+        else:  # the middle was dropped while streaming: head as read, tail up to the state marker
+            out = cap_output(head_b[: 4 * chars], head[-4 * chars :], total, chars)
         if timed_out:
             out += f"\n[command timed out after {timeout:g} s and was killed]"
+        elif reader.overflow:
+            out += f"\n[command killed: output exceeded {self.limits.output_hard_bytes} bytes]"
         return CommandResult(out, code, timed_out, new_cwd, new_env)
 
     def close(self) -> None:

@@ -40,7 +40,7 @@ from envs.swe.layers import LayerStore, OverlayError, OverlayTree
 from envs.swe.sandbox import WORKDIR, Backend, Limits, LocalBackend
 from envs.swe.tasks import Task, load_tasks
 from envs.swe.tools import TOOLS, ToolError, create, parse_action, str_replace, view
-from envs.swe.workspace import TaskLayers, pristine_test_files, task_layers
+from envs.swe.workspace import TaskLayers, task_layers
 
 INSTRUCTIONS = f"""You are working in a software repository at {WORKDIR}. Fix the issue below so that the
 repository's tests pass. Act with one JSON tool call per message:
@@ -144,7 +144,12 @@ class SWEEnv(SnapshotEnvBase):
         if self.tree is None or self.tree.pinned != len(self.layers.start):
             if self.tree is not None:
                 self.tree.close()
-            self.tree = OverlayTree(self.store, pinned=len(self.layers.start), max_layers=self.max_layers)
+            self.tree = OverlayTree(
+                self.store,
+                pinned=len(self.layers.start),
+                max_layers=self.max_layers,
+                size_mb=self.backend.limits.repo_mb or None,
+            )
         return self.layers
 
     def _info(self, **extra: Any) -> dict[str, Any]:
@@ -197,6 +202,8 @@ class SWEEnv(SnapshotEnvBase):
             call = parse_action(action)
         except ToolError as exc:
             return str(exc), {"invalid": True, "tool": ""}, False
+        except (ValueError, TypeError, RecursionError, MemoryError) as exc:  # e.g. int digits limit of json
+            return f"invalid action: {exc}"[:2000], {"invalid": True, "tool": ""}, False
         a = call.args
         extra: dict[str, Any] = {"tool": call.tool}
         try:
@@ -219,6 +226,8 @@ class SWEEnv(SnapshotEnvBase):
             return f"Error: {exc}", {**extra, "invalid": True}, False
         except OSError as exc:
             return f"Error: {exc.strerror or exc}", {**extra, "invalid": True}, False
+        except (ValueError, UnicodeError, OverflowError, RecursionError, MemoryError) as exc:
+            return f"Error: the action could not be carried out: {exc}"[:2000], {**extra, "invalid": True}, False
         raise AssertionError(f"unhandled tool {call.tool}; known {TOOLS}")  # pragma: no cover
 
     def _step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
@@ -237,10 +246,13 @@ class SWEEnv(SnapshotEnvBase):
         return obs, reward, submitted, truncated, dict(info)
 
     def evaluate(self) -> Grade:
-        """Grade the current tree (resets the test files in it: call at the end of an episode)."""
-        assert self.layers is not None
-        files = pristine_test_files(self.store, self.task, self.layers)
-        self.last_grade = grade(self.backend, self.root, self.task, files, timeout=self.test_timeout)
+        """Grade the current tree: its source changes on pristine tests (`envs.swe.grading`; the tree is untouched)."""
+        assert self.layers is not None and self.tree is not None
+        stack = self.tree.freeze()
+        try:
+            self.last_grade = grade(self.backend, self.store, self.task, self.layers, stack, timeout=self.test_timeout)
+        finally:
+            self.store.decref(stack)
         return self.last_grade
 
     def _snapshot(self) -> SWEState:

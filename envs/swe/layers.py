@@ -43,6 +43,8 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
 _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 _MNT_DETACH = 2
+_MS_NOSUID, _MS_NODEV = 2, 4
+_TMPFS_INODES = 1_000_000  # files a work tree's edits may hold
 
 
 class OverlayError(EnvkitError, OSError):
@@ -74,6 +76,48 @@ def _umount(target: str) -> None:
         if _libc.umount2(target.encode(), _MNT_DETACH) != 0:
             err = ctypes.get_errno()
             raise OverlayError(err, f"unmounting {target} failed: {os.strerror(err)}")
+
+
+def _mount_tmpfs(target: str, size_mb: int) -> None:
+    opts = f"size={size_mb}m,nr_inodes={_TMPFS_INODES},mode=0711"
+    if _libc.mount(b"tmpfs", target.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts.encode()) != 0:
+        err = ctypes.get_errno()
+        raise OverlayError(
+            err, f"mounting the work tree's {size_mb} MiB scratch tmpfs on {target} failed: {os.strerror(err)}"
+        )
+
+
+def copy_layer(src: str, dst: str) -> None:
+    """Copy overlay upper dir `src` into the empty directory `dst` (another file system): whiteouts, opaque
+    directories, modes, owners and times kept; FIFOs recreated; sockets and devices dropped."""
+    with os.scandir(src) as it:
+        entries = list(it)
+    for e in entries:
+        d = os.path.join(dst, e.name)
+        st = e.stat(follow_symlinks=False)
+        mode = st.st_mode
+        if is_whiteout(st):
+            os.mknod(d, stat.S_IFCHR | 0o600, 0)
+        elif stat.S_ISDIR(mode):
+            os.mkdir(d)
+            if is_opaque(e.path):
+                os.setxattr(d, OPAQUE_XATTR, b"y", follow_symlinks=False)
+            copy_layer(e.path, d)
+            os.chmod(d, stat.S_IMODE(mode))
+            os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))
+        elif stat.S_ISREG(mode):  # data, mode and times; not overlay's own xattrs (origin, impure)
+            shutil.copyfile(e.path, d, follow_symlinks=False)
+            os.chmod(d, stat.S_IMODE(mode))
+            os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))
+        elif stat.S_ISLNK(mode):
+            os.symlink(os.readlink(e.path), d)
+        elif stat.S_ISFIFO(mode):
+            os.mkfifo(d, stat.S_IMODE(mode))
+        else:
+            continue
+        os.lchown(d, st.st_uid, st.st_gid)
+        if stat.S_ISREG(mode) and mode & (stat.S_ISUID | stat.S_ISGID):
+            os.chmod(d, stat.S_IMODE(mode) & ~(stat.S_ISUID | stat.S_ISGID))
 
 
 def is_whiteout(st: os.stat_result) -> bool:
@@ -327,11 +371,16 @@ class OverlayTree:
         pinned: How many bottom layers of every stack are never merged (the task's base layers).
         max_layers: Collapse stacks deeper than this (the kernel refuses ~500 and a page of options).
         uid: Owner of the work tree's root directory (the sandbox user).
+        size_mb: Cap on what may be written into the tree between snapshots: the upper dir lives on a tmpfs of
+            this size (writes beyond it fail with ENOSPC), and `freeze` copies it into the store instead of
+            renaming it. None: the upper dir sits in the store (no cap; freeze is a rename).
     """
 
     _ids = itertools.count()
 
-    def __init__(self, store: LayerStore, *, pinned: int = 1, max_layers: int = 48, uid: int = 65534) -> None:
+    def __init__(
+        self, store: LayerStore, *, pinned: int = 1, max_layers: int = 48, uid: int = 65534, size_mb: int | None = None
+    ) -> None:
         if max_layers < pinned + 1:
             raise ValueError(f"max_layers must be > pinned ({pinned}), got {max_layers}")
         self.store = store
@@ -341,14 +390,26 @@ class OverlayTree:
         self.dir = Path(tempfile.mkdtemp(dir=store.root / "t", prefix=f"tree{next(self._ids)}-"))
         os.chmod(self.dir, 0o711)
         self.merged = str(self.dir / "m")
-        self._upper = str(self.dir / "u")
-        self._work = str(self.dir / "w")
+        self.size_mb = size_mb
+        self._scratch = str(self.dir / "s") if size_mb else None
+        base = self._scratch or str(self.dir)
+        self._upper = os.path.join(base, "u")
+        self._work = os.path.join(base, "w")
         os.mkdir(self.merged)
+        if self._scratch:
+            os.mkdir(self._scratch)
+        self._scratch_mounted = False
         self.stack: tuple[str, ...] = ()
         self.mounted = False
         store._trees.add(self)
 
     def _fresh_dirs(self) -> None:
+        if self._scratch:  # a new tmpfs: the old edits are freed at once, the cap starts over
+            if self._scratch_mounted:
+                _umount(self._scratch)
+            assert self.size_mb is not None
+            _mount_tmpfs(self._scratch, self.size_mb)
+            self._scratch_mounted = True
         for d in (self._upper, self._work):
             if os.path.lexists(d):
                 self.store.trash(d)
@@ -390,7 +451,15 @@ class OverlayTree:
         """
         if self.dirty():
             self._unmount()
-            layer = self.store.commit(self._upper)
+            if self._scratch:
+                staged = self.store.staging()
+                copy_layer(self._upper, staged)
+                st = os.stat(self._upper)
+                os.chmod(staged, stat.S_IMODE(st.st_mode))
+                os.chown(staged, st.st_uid, st.st_gid)
+                layer = self.store.commit(staged)
+            else:
+                layer = self.store.commit(self._upper)
             stack = (*self.stack, layer)
             if len(stack) > self.max_layers or self._options_len(stack) > _MAX_OPTIONS:
                 merged = self.store.merge(stack[self.pinned :])
@@ -413,6 +482,9 @@ class OverlayTree:
         """Unmount and delete the tree's private dirs; release its layers."""
         try:
             self._unmount()
+            if self._scratch_mounted and self._scratch:
+                _umount(self._scratch)
+                self._scratch_mounted = False
         finally:
             self.store.decref(self.stack)
             self.stack = ()

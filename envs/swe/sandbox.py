@@ -1,11 +1,14 @@
 """Where the SWE env's shell commands run: one `Backend` interface, two implementations.
 
-- `LocalBackend` (default): bubblewrap. Each command runs in fresh namespaces (no network: only a private
-  loopback; own PID, IPC and UTS namespaces), sees the host's system directories and Python read-only, the work
-  tree read-write at ``/repo`` and a private tmpfs at ``/tmp``, runs as an unprivileged uid (65534) with no
-  capabilities and no-new-privs, under rlimits (memory, CPU seconds, processes, file size) and a wall-clock
-  timeout that kills the whole sandbox. Needs ``bwrap`` and ``setpriv`` and root (bubblewrap binds as root,
-  then drops to the uid).
+- `LocalBackend` (default): bubblewrap, started unprivileged (`envs.swe.confine`: root forks, joins the
+  backend's cgroups, sets rlimits and drops to uid 65534 before exec'ing ``/usr/bin/bwrap`` with a fixed
+  environment). Each command runs in a fresh user namespace (that uid only, no nested user namespaces, no
+  capabilities, bounding set empty, no-new-privs) with its own mount, PID, net (loopback only), IPC, UTS and
+  cgroup namespaces; it sees the host's system directories and Python read-only, the work tree read-write at
+  ``/repo`` and a private, sized tmpfs at ``/tmp``, under rlimits (memory, CPU seconds, processes per user
+  namespace, file size, open files), a per-backend pids/memory cgroup where the kernel offers one, and a
+  wall-clock timeout that kills the whole sandbox. The agent's cwd, command and variables reach only the
+  sandboxed bash (through a file descriptor). Needs root, ``bwrap`` >= 0.8 and unprivileged user namespaces.
 - `envs.swe.container.DockerBackend`: the same commands through the Docker Engine API (``docker`` SDK; works
   against Podman's Docker-compatible socket).
 
@@ -36,10 +39,13 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from envkit.errors import EnvkitError
+from envs.swe.confine import TRUSTED_PATH, Cgroups, HostViews, drop_privileges, traversable
 
 WORKDIR = "/repo"
 _VOLATILE_VARS = {"PWD", "OLDPWD", "SHLVL", "_"}
 _SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+_MASKED = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")  # hidden even from DAC mistakes
+_STATE_MAX = 1 << 20  # a command's reported cwd + env larger than this is ignored (previous state kept)
 
 
 class SandboxError(EnvkitError, RuntimeError):
@@ -58,6 +64,10 @@ class Limits:
         memory_mb: Address-space limit (RLIMIT_AS) per process.
         nproc: Process limit of the sandbox uid (RLIMIT_NPROC).
         file_mb: Largest file a command may write (RLIMIT_FSIZE).
+        tmp_mb: Size of the sandbox's private ``/tmp`` (a tmpfs).
+        repo_mb: Size cap of everything written under ``/repo`` in one work tree (local backend: the overlay's
+            upper dir is a tmpfs of this size). 0: no cap (the upper dir sits in the layer store; snapshots are a
+            rename instead of a copy of the edits, but a command can fill the store's file system).
     """
 
     timeout_s: float = 60.0
@@ -67,14 +77,18 @@ class Limits:
     memory_mb: int = 4096
     nproc: int = 512
     file_mb: int = 512
+    tmp_mb: int = 1024
+    repo_mb: int = 2048
 
     def __post_init__(self) -> None:
         if not 0 < self.timeout_s <= self.max_timeout_s:
             raise ValueError(f"Limits: need 0 < timeout_s <= max_timeout_s, got {self.timeout_s}, {self.max_timeout_s}")
         if self.output_chars < 200:
             raise ValueError(f"Limits.output_chars must be >= 200, got {self.output_chars}")
-        if min(self.memory_mb, self.nproc, self.file_mb, self.output_hard_bytes) <= 0:
-            raise ValueError("Limits: memory_mb, nproc, file_mb and output_hard_bytes must be positive")
+        if min(self.memory_mb, self.nproc, self.file_mb, self.output_hard_bytes, self.tmp_mb) <= 0 or self.repo_mb < 0:
+            raise ValueError(
+                "Limits: memory_mb, nproc, file_mb, output_hard_bytes and tmp_mb must be positive, repo_mb >= 0"
+            )
 
 
 @dataclass(frozen=True)
@@ -113,6 +127,7 @@ class Backend(Protocol):
         env: Mapping[str, str],
         timeout: float,
         output_chars: int | None = None,
+        binds: Sequence[tuple[str, str, bool]] = (),
     ) -> CommandResult: ...
 
     def close(self) -> None: ...
@@ -131,16 +146,32 @@ def cap_output(head: bytes, tail: bytes, total: int, limit: int) -> str:
     return f"{first}\n[... {total} bytes of output, the middle omitted ...]\n{last}"
 
 
-def shell_script(state_fd: int) -> str:
-    """The bash prelude/trailer around a command: restore cwd, run it, report cwd and env on `state_fd`."""
+def shell_script(state_fd: int, input_fd: int, nproc: int | None = None) -> str:
+    """The bash prelude/trailer around a command.
+
+    The prelude sets the process limit (before anything the agent wrote runs), reads the working directory, the
+    command and the exported variables (NUL-separated) from `input_fd`, closes it, and runs the command; the
+    trailer reports cwd and env on `state_fd`.
+    """
+    limit = f"ulimit -u {nproc} || exit 125\n" if nproc else ""
     return (
-        'cd -- "$ENVKIT_CWD" 2>/dev/null || cd ' + WORKDIR + "\n"
-        "__envkit_cmd=$ENVKIT_CMD; unset ENVKIT_CMD ENVKIT_CWD\n"
+        limit + "{ IFS= read -r -d '' __envkit_cwd; IFS= read -r -d '' __envkit_cmd\n"
+        "  while IFS= read -r -d '' __envkit_kv; do export -- \"$__envkit_kv\" 2>/dev/null; done; }"
+        f" <&{input_fd}\n"
+        f"exec {input_fd}<&-; unset __envkit_kv\n"
+        'cd -- "$__envkit_cwd" 2>/dev/null || cd ' + WORKDIR + "\n"
+        "unset __envkit_cwd\n"
         'eval "$__envkit_cmd"\n'
         "__envkit_rc=$?\n"
         f"{{ pwd; env -0; }} >&{state_fd} 2>/dev/null\n"
         "exit $__envkit_rc\n"
     )
+
+
+def shell_input(cwd: str, command: str, env: Mapping[str, str]) -> bytes:
+    """What `shell_script` reads: cwd, command and ``KEY=value`` items, each NUL-terminated (NULs dropped)."""
+    items = [cwd, command, *(f"{k}={v}" for k, v in env.items() if k and "=" not in k)]
+    return b"".join(x.replace("\0", "").encode("utf-8", "surrogateescape") + b"\0" for x in items)
 
 
 def parse_state(raw: bytes, cwd: str, env: Mapping[str, str]) -> tuple[str, tuple[tuple[str, str], ...]]:
@@ -211,83 +242,132 @@ def read_capped(proc: subprocess.Popen[bytes], deadline: float, keep: int, hard:
             return bytes(head), bytes(tail), total, "overflow"
 
 
+_BWRAP_OK: dict[str, bool] = {}
+
+
+def _check_bwrap(path: str) -> None:
+    """bubblewrap >= 0.8 (``--disable-userns``, ``--size``) is needed; checked once per binary."""
+    if _BWRAP_OK.get(path):
+        return
+    out = subprocess.run([path, "--version"], capture_output=True, text=True, env={"PATH": TRUSTED_PATH}).stdout
+    parts = out.split()[-1].split(".") if out.split() else []
+    version = tuple(int(p) for p in parts if p.isdigit())
+    if version < (0, 8):
+        raise SandboxError(
+            f"the SWE env's local backend needs bubblewrap >= 0.8 (--disable-userns, --size), found {out.strip()!r}: "
+            "install a newer bubblewrap or use backend='docker'"
+        )
+    _BWRAP_OK[path] = True
+
+
 class LocalBackend:
-    """bubblewrap sandbox (see the module docstring).
+    """bubblewrap sandbox (see the module docstring and `envs.swe.confine`).
 
     Args:
         limits: Resource limits.
-        uid: The unprivileged uid (and gid) commands run as.
+        uid: The unprivileged host uid (and gid) commands run as; inside, the same id is the only one mapped.
         extra_ro_binds: More host directories to show read-only (same path inside).
+        cgroups: Give the backend its own pids/memory cgroup where the kernel offers one (see `isolation`).
+
+    Attributes:
+        isolation: Each isolation layer and whether it is on (``"on"``) or why not.
     """
 
     name = "local"
 
-    def __init__(self, limits: Limits | None = None, *, uid: int = 65534, extra_ro_binds: tuple[str, ...] = ()):
+    def __init__(
+        self,
+        limits: Limits | None = None,
+        *,
+        uid: int = 65534,
+        extra_ro_binds: tuple[str, ...] = (),
+        cgroups: bool = True,
+    ):
         self.limits = limits or Limits()
         self.uid = uid
-        missing = [t for t in ("bwrap", "setpriv", "bash") if shutil.which(t) is None]
+        found = {t: shutil.which(t, path=TRUSTED_PATH) for t in ("bwrap", "bash")}
+        missing = [t for t, p in found.items() if p is None]
         if missing:
             raise SandboxError(
-                f"the SWE env's local backend needs {', '.join(missing)} on PATH: apt-get install bubblewrap "
-                "util-linux bash (or use backend='docker')"
+                f"the SWE env's local backend needs {', '.join(missing)} in {TRUSTED_PATH}: apt-get install "
+                "bubblewrap bash (or use backend='docker')"
             )
+        self._bwrap = os.path.realpath(str(found["bwrap"]))
+        _check_bwrap(self._bwrap)
         if os.geteuid() != 0:
             raise SandboxError(
-                "the SWE env's local backend needs root: it mounts overlayfs work trees and binds them into "
-                "bubblewrap before dropping to an unprivileged uid; run as root or use backend='docker'"
+                "the SWE env's local backend needs root: it mounts overlayfs work trees (and cgroups) before "
+                "dropping to an unprivileged uid for bubblewrap; run as root or use backend='docker'"
             )
+        self._views = HostViews.get()
         self._prefix = _python_roots()
         self._binds = [d for d in _SYSTEM_DIRS if os.path.exists(d)]
-        self._extra = [os.path.realpath(p) for p in extra_ro_binds]
+        self._ro = [
+            (self._views.source(r, uid, uid), r) for r in [*self._prefix, *map(os.path.realpath, extra_ro_binds)]
+        ]
+        self._masked = [p for p in _MASKED if os.path.exists(p)]
+        self.cgroups: Cgroups | None = None
+        reason = "off (cgroups=False)"
+        if cgroups:
+            mb = 1 << 20
+            lim = self.limits
+            self.cgroups = Cgroups(lim.nproc + 16, (lim.memory_mb + lim.tmp_mb + lim.repo_mb) * mb)
+            reason = self.cgroups.reason
+        self.isolation = {
+            "user_namespace": "on (no nested user namespaces)",
+            "pid_namespace": "on",
+            "capabilities": "none (bounding set empty)",
+            "cgroup": "on: " + ", ".join(sorted(self.cgroups.dirs)) if self.cgroups and self.cgroups.dirs else "",
+            "cgroup_missing": reason,
+            "tmp_size_mb": str(self.limits.tmp_mb),
+        }
 
     def base_env(self) -> dict[str, str]:
         return sandbox_env(self._prefix)
 
-    def _argv(self, tree: str, cwd: str, env: Mapping[str, str], state_fd: int) -> list[str]:
-        argv = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
-        argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
-        argv += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+    def _argv(self, tree: str, state_fd: int, input_fd: int, binds: Sequence[tuple[str, str, bool]] = ()) -> list[str]:
+        argv = [self._bwrap, "--unshare-user", "--uid", str(self.uid), "--gid", str(self.uid), "--disable-userns"]
+        argv += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+        argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox", "--cap-drop", "ALL"]
         for d in self._binds:
             argv += ["--ro-bind", d, d]
         made: set[str] = set()
-        for root in [*self._prefix, *self._extra]:
+        for src, root in self._ro:
             parts = root.strip("/").split("/")
             for i in range(1, len(parts)):
                 anc = "/" + "/".join(parts[:i])
                 if anc not in made:
                     made.add(anc)
                     argv += ["--perms", "0755", "--dir", anc]
-            argv += ["--ro-bind", root, root]
+            argv += ["--ro-bind", src, root]
+        for p in self._masked:
+            argv += ["--ro-bind", "/dev/null", p]
+        argv += ["--bind", tree, WORKDIR, "--perms", "1777", "--size", str(self.limits.tmp_mb << 20)]
+        argv += ["--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev", "--chdir", "/", "--clearenv"]
+        for host, inside, writable in binds:
+            argv += ["--bind" if writable else "--ro-bind", host, inside]
+        argv += ["--setenv", "PATH", TRUSTED_PATH, "--setenv", "HOME", "/tmp", "--setenv", "LANG", "C.UTF-8"]
         argv += [
-            "--bind",
-            tree,
-            WORKDIR,
-            "--perms",
-            "1777",
-            "--tmpfs",
-            "/tmp",
-            "--proc",
-            "/proc",
-            "--dev",
-            "/dev",
-            "--chdir",
+            "--remount-ro",
             "/",
+            "--",
+            "/bin/bash",
+            "--noprofile",
+            "--norc",
+            "-c",
+            shell_script(state_fd, input_fd, self.limits.nproc),
         ]
-        argv += ["--clearenv"]
-        for key, value in env.items():
-            argv += ["--setenv", key, value]
-        argv += ["--setenv", "ENVKIT_CWD", cwd]
-        argv += ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups", "--inh-caps=-all"]
-        argv += ["--", "bash", "-c", shell_script(state_fd)]
         return argv
 
-    def _preexec(self, cpu_seconds: int) -> None:
+    def _rlimits(self, cpu_seconds: int) -> dict[int, int]:
         mb = 1 << 20
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu_seconds, cpu_seconds + 1))
-        resource.setrlimit(resource.RLIMIT_AS, (self.limits.memory_mb * mb, self.limits.memory_mb * mb))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (self.limits.file_mb * mb, self.limits.file_mb * mb))
-        resource.setrlimit(resource.RLIMIT_NPROC, (self.limits.nproc, self.limits.nproc))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        return {
+            resource.RLIMIT_CPU: cpu_seconds,
+            resource.RLIMIT_AS: self.limits.memory_mb * mb,
+            resource.RLIMIT_FSIZE: self.limits.file_mb * mb,
+            resource.RLIMIT_CORE: 0,
+            resource.RLIMIT_NOFILE: 1024,
+        }
 
     def run(
         self,
@@ -298,6 +378,7 @@ class LocalBackend:
         env: Mapping[str, str],
         timeout: float,
         output_chars: int | None = None,
+        binds: Sequence[tuple[str, str, bool]] = (),
     ) -> CommandResult:
         """Run `command` with bash in the sandbox on work tree `tree` (a host directory).
 
@@ -308,41 +389,61 @@ class LocalBackend:
             env: The complete environment (from `base_env` or a previous `CommandResult.env`).
             timeout: Wall-clock seconds (clamped to ``limits.max_timeout_s``).
             output_chars: Characters of output to keep (default ``limits.output_chars``).
+            binds: More ``(host dir, path inside, writable)`` binds (the grader's script and report dirs); host
+                dirs must be reachable by the sandbox uid.
         """
         chars = output_chars or self.limits.output_chars
         timeout = max(0.1, min(float(timeout), self.limits.max_timeout_s))
         cpu = int(timeout) + 5
-        with tempfile.TemporaryFile() as state:
-            fd = state.fileno()
-            env = {**env, "ENVKIT_CMD": command}
-            proc = subprocess.Popen(
-                self._argv(tree, cwd, env, fd),
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT,
-                pass_fds=(fd,),
-                start_new_session=True,
-                preexec_fn=lambda: self._preexec(cpu),
-            )
-            try:
-                head, tail, total, why = read_capped(
-                    proc, time.monotonic() + timeout, 4 * chars, max(self.limits.output_hard_bytes, 4 * chars)
+        view = None if traversable(tree, self.uid, self.uid) else self._views.temporary(tree)
+        procs = self.cgroups.procs_files() if self.cgroups else []
+        rlimits = self._rlimits(cpu)
+        try:
+            with tempfile.TemporaryFile() as state, tempfile.TemporaryFile() as given:
+                given.write(shell_input(cwd, command, env))
+                given.flush()
+                given.seek(0)
+                fd, in_fd = state.fileno(), given.fileno()
+                proc = subprocess.Popen(
+                    self._argv(view or tree, fd, in_fd, binds),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.STDOUT,
+                    pass_fds=(fd, in_fd),
+                    start_new_session=True,
+                    env={"PATH": TRUSTED_PATH, "LANG": "C.UTF-8"},
+                    preexec_fn=lambda: drop_privileges(self.uid, rlimits, procs),
                 )
-            finally:
-                if proc.poll() is None:
-                    try:
-                        os.killpg(proc.pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                code = proc.wait()
-                assert proc.stdout is not None
-                proc.stdout.close()
-            state.seek(0)
-            raw = state.read()
+                try:
+                    head, tail, total, why = read_capped(
+                        proc, time.monotonic() + timeout, 4 * chars, max(self.limits.output_hard_bytes, 4 * chars)
+                    )
+                finally:
+                    if proc.poll() is None:
+                        try:
+                            os.killpg(proc.pid, signal.SIGKILL)
+                        except ProcessLookupError:
+                            pass
+                    code = proc.wait()
+                    if self.cgroups:
+                        self.cgroups.kill_all()
+                    assert proc.stdout is not None
+                    proc.stdout.close()
+                state.seek(0)
+                raw = state.read(_STATE_MAX + 1)
+        finally:
+            if view is not None:
+                self._views.release(view)
         if code != 0 and head.startswith(b"bwrap:") and not why:
-            raise SandboxError(f"bubblewrap could not start the sandbox: {head.decode(errors='replace').strip()}")
-        env.pop("ENVKIT_CMD")
-        new_cwd, new_env = parse_state(raw, cwd, env)
+            msg = head.decode(errors="replace").strip()
+            hint = (
+                " (unprivileged user namespaces are disabled: sysctl user.max_user_namespaces=N>0, and on Ubuntu "
+                "kernel.apparmor_restrict_unprivileged_userns=0 or an AppArmor profile for bwrap)"
+                if "uid map" in msg or "user namespace" in msg or "No permissions" in msg
+                else ""
+            )
+            raise SandboxError(f"bubblewrap could not start the sandbox: {msg}{hint}")
+        new_cwd, new_env = parse_state(b"" if len(raw) > _STATE_MAX else raw, cwd, env)
         out = cap_output(head, tail, total, chars)
         if why == "timeout":
             out += f"\n[command timed out after {timeout:g} s and was killed]"
@@ -351,4 +452,6 @@ class LocalBackend:
         return CommandResult(out, None if why else code, why == "timeout", new_cwd, new_env)
 
     def close(self) -> None:
-        """Nothing to release (each command is its own sandbox)."""
+        """Kill strays and remove the backend's cgroups."""
+        if self.cgroups:
+            self.cgroups.close()

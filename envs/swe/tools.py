@@ -21,6 +21,7 @@ observation says what was wrong.
 from __future__ import annotations
 
 import json
+import math
 import os
 import posixpath
 import stat
@@ -32,6 +33,11 @@ from envs.swe.sandbox import WORKDIR
 TOOLS = ("bash", "view", "str_replace", "create", "submit")
 _ALIASES = {"str_replace_editor": None, "str_replace_based_edit_tool": None, "execute_bash": "bash", "shell": "bash"}
 _MAX_VIEW = 16_000
+MAX_ACTION_CHARS = 4 << 20  # longer actions are invalid (a model's tool call is far shorter)
+MAX_EDIT_BYTES = 8 << 20  # str_replace / view read at most this much of a file
+_MAX_PATH = 4096
+_MAX_LIST = 1000  # entries listed per directory
+_MAX_JSON_TRIES = 64  # '{' positions tried when looking for the JSON object
 
 
 class ToolError(ValueError):
@@ -54,9 +60,13 @@ class ToolCall:
 def _first_object(text: str) -> dict[str, Any] | None:
     decoder = json.JSONDecoder()
     start = text.find("{")
-    while start != -1:
+    tries = 0
+    while start != -1 and tries < _MAX_JSON_TRIES:
+        tries += 1
         try:
             obj, _ = decoder.raw_decode(text, start)
+        except RecursionError:
+            raise ToolError("invalid action: the JSON is nested too deeply") from None
         except json.JSONDecodeError:
             start = text.find("{", start + 1)
             continue
@@ -72,6 +82,10 @@ def parse_action(text: str) -> ToolCall:
     Raises:
         ToolError: no JSON object, unknown tool, or missing/ill-typed arguments (the message explains).
     """
+    if not isinstance(text, str):
+        raise ToolError(f"invalid action: expected a string, got {type(text).__name__}")
+    if len(text) > MAX_ACTION_CHARS:
+        raise ToolError(f"invalid action: {len(text)} characters; actions may have at most {MAX_ACTION_CHARS}")
     obj = _first_object(text)
     if obj is None:
         raise ToolError(
@@ -107,13 +121,39 @@ def parse_action(text: str) -> ToolCall:
             raise ToolError(f"invalid action: tool {name!r} needs a string argument {key!r}")
     if name == "str_replace" and not isinstance(args.get("new_str", ""), str):
         raise ToolError("invalid action: 'new_str' must be a string")
-    if name == "bash" and args.get("timeout") is not None and not isinstance(args["timeout"], int | float):
-        raise ToolError("invalid action: 'timeout' must be a number of seconds")
+    if name == "bash" and args.get("timeout") is not None:
+        args["timeout"] = _seconds(args["timeout"])
     if name == "view" and args.get("view_range") is not None:
         vr = args["view_range"]
         if not (isinstance(vr, list) and len(vr) == 2 and all(isinstance(x, int) for x in vr)):
             raise ToolError("invalid action: 'view_range' must be [start_line, end_line] (1-based; end -1 = last line)")
+    for key, value in args.items():
+        if isinstance(value, str):
+            _check_text(key, value)
     return ToolCall(name, args)
+
+
+def _seconds(value: Any) -> float:
+    """A finite positive number of seconds (bools, NaN, infinities and 400-digit integers are refused)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ToolError("invalid action: 'timeout' must be a number of seconds")
+    try:
+        seconds = float(value)
+    except OverflowError:
+        raise ToolError("invalid action: 'timeout' is too large") from None
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ToolError("invalid action: 'timeout' must be a positive, finite number of seconds")
+    return seconds
+
+
+def _check_text(key: str, value: str) -> None:
+    """Strings must be valid Unicode (no lone surrogates); paths must not hold NUL bytes or be huge."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ToolError(f"invalid action: {key!r} is not valid Unicode ({exc.reason} at {exc.start})") from None
+    if key == "path" and ("\0" in value or len(value) > _MAX_PATH):
+        raise ToolError(f"invalid action: 'path' must not contain NUL bytes or exceed {_MAX_PATH} characters")
 
 
 def repo_relative(path: str) -> str:
@@ -155,14 +195,23 @@ def resolve(root: str, rel: str, *, parents: bool = False, uid: int = 65534) -> 
 
 
 def _read_text(path: str, shown: str) -> str:
+    """A regular file's text (never blocks on FIFOs or devices, never follows a symlink, at most MAX_EDIT_BYTES)."""
     try:
-        st = os.lstat(path)
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY)
     except FileNotFoundError:
         raise ToolError(f"{shown} does not exist") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise ToolError(f"{shown} is not a regular file")
-    with open(path, "rb") as f:
-        data = f.read()
+    except OSError as exc:
+        raise ToolError(f"{shown} cannot be opened: {exc.strerror}") from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise ToolError(f"{shown} is not a regular file")
+        if st.st_size > MAX_EDIT_BYTES:
+            raise ToolError(
+                f"{shown} has {st.st_size} bytes; the file tools handle at most {MAX_EDIT_BYTES} "
+                "(use bash: head, sed -n, grep)"
+            )
+        data = f.read(MAX_EDIT_BYTES + 1)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError:
@@ -171,8 +220,14 @@ def _read_text(path: str, shown: str) -> str:
 
 def _write(path: str, text: str, uid: int) -> None:
     existed = os.path.lexists(path)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, 0o644)
+    except OSError as exc:
+        raise ToolError(f"{WORKDIR}/... cannot be written: {exc.strerror}") from None
     with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ToolError("the target is not a regular file (a FIFO, socket or device); remove it with bash first")
+        os.ftruncate(fd, 0)
         f.write(text)
     if not existed:
         os.lchown(path, uid, uid)
@@ -182,36 +237,85 @@ def _numbered(lines: list[str], first: int) -> str:
     return "".join(f"{i:6d}\t{line}" for i, line in enumerate(lines, start=first))
 
 
+def _numbered_range(text: str, first: int, last: int, limit: int) -> str:
+    """Lines `first`..`last` (1-based, split at newlines) numbered, stopping once `limit` characters are made.
+
+    Costs O(position of line `last` + limit), never a list of every line (a 16 MB file is as cheap as a small one).
+    """
+    pos = 0
+    for _ in range(first - 1):
+        nl = text.find("\n", pos)
+        if nl == -1:
+            return ""
+        pos = nl + 1
+    out: list[str] = []
+    size = 0
+    for i in range(first, last + 1):
+        if pos >= len(text):
+            break
+        nl = text.find("\n", pos, pos + limit)
+        end = len(text) if nl == -1 and pos + limit >= len(text) else (pos + limit if nl == -1 else nl + 1)
+        piece = f"{i:6d}\t{text[pos:end]}"
+        out.append(piece)
+        size += len(piece)
+        pos = end
+        if size >= limit:
+            break
+    return "".join(out)
+
+
+def _is_dir(path: str) -> bool:
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _listing(path: str) -> list[tuple[str, bool]]:
+    """(name, is a real directory) of non-hidden entries, sorted, at most _MAX_LIST; symlinks are never followed."""
+    entries: list[tuple[str, bool]] = []
+    try:
+        with os.scandir(path) as it:
+            for e in it:
+                if not e.name.startswith("."):
+                    entries.append((e.name, e.is_dir(follow_symlinks=False)))
+                if len(entries) > 20 * _MAX_LIST:
+                    break
+    except OSError:
+        return []
+    entries.sort()
+    if len(entries) > _MAX_LIST:
+        return [*entries[:_MAX_LIST], (f"... ({len(entries) - _MAX_LIST}+ more entries)", False)]
+    return entries
+
+
 def view(root: str, path: str, view_range: list[int] | None = None) -> str:
     """Numbered lines of a file (or a range), or a two-level listing of a directory."""
     rel = repo_relative(path)
     shown = f"{WORKDIR}/{rel}".rstrip("/")
     host = resolve(root, rel)
-    if os.path.isdir(host) and not os.path.islink(host):
+    if _is_dir(host):
         if view_range is not None:
             raise ToolError("view_range applies to files, not directories")
         out = [f"Files and directories up to 2 levels deep in {shown}, excluding hidden items:"]
-        for name in sorted(os.listdir(host)):
-            if name.startswith("."):
-                continue
-            sub = os.path.join(host, name)
-            is_dir = os.path.isdir(sub) and not os.path.islink(sub)
+        size = 0
+        for name, is_dir in _listing(host):
             out.append(f"{shown}/{name}" + ("/" if is_dir else ""))
             if is_dir:
-                out += [
-                    f"{shown}/{name}/{n}" + ("/" if os.path.isdir(os.path.join(sub, n)) else "")
-                    for n in sorted(os.listdir(sub))
-                    if not n.startswith(".")
-                ]
+                out += [f"{shown}/{name}/{n}" + ("/" if d else "") for n, d in _listing(os.path.join(host, name))]
+            size = sum(len(x) + 1 for x in out)
+            if size > _MAX_VIEW:
+                break
         text = "\n".join(out)
     else:
-        lines = _read_text(host, shown).splitlines(keepends=True)
-        first, last = 1, len(lines)
+        content = _read_text(host, shown)
+        n_lines = content.count("\n") + (1 if content and not content.endswith("\n") else 0)
+        first, last = 1, n_lines
         if view_range is not None:
-            first, last = view_range[0], (len(lines) if view_range[1] == -1 else view_range[1])
-            if not (1 <= first <= max(len(lines), 1)) or last < first or last > len(lines):
-                raise ToolError(f"view_range {view_range} is out of bounds: {shown} has {len(lines)} lines")
-        text = _numbered(lines[first - 1 : last], first)
+            first, last = view_range[0], (n_lines if view_range[1] == -1 else view_range[1])
+            if not (1 <= first <= max(n_lines, 1)) or last < first or last > n_lines:
+                raise ToolError(f"view_range {view_range} is out of bounds: {shown} has {n_lines} lines")
+        text = _numbered_range(content, first, last, _MAX_VIEW + 1)
     if len(text) > _MAX_VIEW:
         text = text[:_MAX_VIEW] + "\n[... output truncated; use view_range to see less ...]"
     return text
@@ -256,7 +360,7 @@ def create(root: str, path: str, file_text: str, uid: int = 65534) -> str:
     if not rel:
         raise ToolError("create needs a file path, not the repository root")
     host = resolve(root, rel, parents=True, uid=uid)
-    if os.path.isdir(host) and not os.path.islink(host):
+    if _is_dir(host):
         raise ToolError(f"{WORKDIR}/{rel} is a directory")
     existed = os.path.lexists(host)
     _write(host, file_text, uid)

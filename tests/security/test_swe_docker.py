@@ -1,0 +1,80 @@
+"""SWE-v0's docker backend (Podman's Docker-compatible API) against a hostile policy: output is streamed and
+stopped at its cap, the container holds no capabilities, grading works through its binds, and the backend keeps
+serving. Skipped when no engine starts here."""
+
+from __future__ import annotations
+
+import re
+import resource
+import time
+
+import pytest
+
+pytestmark = pytest.mark.container
+
+
+@pytest.fixture(scope="module")
+def docker_backend(tmp_path_factory):
+    pytest.importorskip("docker", reason="the docker SDK is not installed: pip install 'envkit[swe]'")
+    from envs.swe.container import DockerBackend, start_podman_service
+    from envs.swe.sandbox import Limits, SandboxError
+
+    try:
+        url, proc = start_podman_service(tmp_path_factory.mktemp("podman"))
+    except SandboxError as exc:
+        pytest.skip(f"no container engine could start here: {exc}")
+    try:
+        backend = DockerBackend(Limits(output_chars=4000, output_hard_bytes=16 << 20, tmp_mb=32), base_url=url)
+        probe = backend.run("/tmp", "echo ok", cwd="/repo", env=backend.base_env(), timeout=60)
+        if "ok" not in probe.output:
+            pytest.skip(f"podman runs no containers here: {probe.output[-500:]}")
+        yield backend
+        backend.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.fixture()
+def tree(tmp_path):
+    from envs.swe.layers import chown_tree
+
+    t = tmp_path / "tree"
+    t.mkdir()
+    chown_tree(t, 65534, 65534)
+    tmp_path.chmod(0o755)
+    return str(t)
+
+
+def test_output_flood_is_streamed_and_stopped_at_the_cap(docker_backend, tree):
+    b = docker_backend
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    t0 = time.monotonic()
+    r = b.run(tree, "head -c 200M /dev/zero | tr '\\0' x; echo never", cwd="/repo", env=b.base_env(), timeout=120)
+    seconds = time.monotonic() - t0
+    assert seconds < 60, seconds
+    assert "exceeded" in r.output and len(r.output) < 6000 and "never" not in r.output
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 150 * 1024  # KiB: no 200 MB read
+    r = b.run(tree, "echo alive", cwd="/repo", env=b.base_env(), timeout=60)
+    assert r.output.strip() == "alive"
+
+
+def test_long_output_keeps_head_tail_and_state(docker_backend, tree):
+    b = docker_backend
+    r = b.run(tree, "seq 1 400000; cd /tmp; export AFTER=1", cwd="/repo", env=b.base_env(), timeout=120)
+    assert r.output.startswith("1\n2\n") and "400000" in r.output and "omitted" in r.output
+    assert r.cwd == "/tmp" and dict(r.env)["AFTER"] == "1"
+
+
+def test_no_capabilities_and_sized_tmp(docker_backend, tree):
+    b = docker_backend
+    out = b.run(
+        tree,
+        "id -u; grep -E '^Cap(Eff|Prm|Bnd)' /proc/self/status; { head -c 64M /dev/zero > /tmp/x; } 2>&1 | tail -1",
+        cwd="/repo",
+        env=b.base_env(),
+        timeout=60,
+    ).output
+    assert out.split()[0] == "65534"
+    assert re.findall(r"Cap(?:Eff|Prm|Bnd):\s+(\S+)", out) == ["0000000000000000"] * 3, out
+    assert "No space left" in out
