@@ -331,7 +331,9 @@ def graphgpo_advantages(
     (unit costs), unreachable nodes ``d_max + 1``, every node 1 when the group has no success. Each row gets
     ``R_G = reward_scale * gamma_g ** d(s')`` for its next state s' (minus ``invalid_penalty`` when invalid),
     normalised within the group's same-state rows, and ``A = beta_G * A_G + beta_E * A_E`` with A_E GiGPO's
-    episode advantage.
+    episode advantage. The invalid penalty stays in ``R_G`` (a decision, as in GiGPO's episode and step parts):
+    a group with no success has ``A_G = 0`` exactly when none of its rows is invalid; otherwise ``A_G`` only
+    separates invalid rows from valid ones that share their state.
 
     Args:
         table: Step rows of all groups.
