@@ -27,12 +27,13 @@ from typing import Any
 
 import numpy as np
 
+from envkit.capability import capability_from_metadata
 from envkit.core import Trajectory
 from envkit.io import RecordStore
+from envkit.lifetime import OwnerTrackingPool
 from envkit.policies import Policy, PolicyInput
 from envkit.pool import EnvFactory, make_pool
 from envkit.rollout import Task, rollout
-from oracles.continuation import OwnerTrackingPool, needs_discard
 from oracles.records import STEP_FIELDS, summarize, summary_path, task_records, task_stats, write_output
 from oracles.sero import (
     ContinuationOutcome,
@@ -261,9 +262,9 @@ def run(
             pool_cm = make_pool(EnvFactory(cfg.env_id, dict(cfg.env_kwargs)), cfg.workers, cfg.backend)
             with pool_cm as raw_pool:
                 md = raw_pool.call(0, "metadata").value or {}
-                track = bool(raw_pool.call(0, "call", needs_discard).value)
+                cap = capability_from_metadata(md)
                 pool = OwnerTrackingPool(raw_pool)  # roots go to the worker that made them
-                snaps = cfg.backend == "inprocess" or bool(md.get("snapshot_picklable", True))
+                snaps = cfg.backend == "inprocess" or cap.picklable
                 for c in range(0, len(pending), per_chunk):
                     idx = pending[c : c + per_chunk]
                     t0 = time.perf_counter()
@@ -289,7 +290,7 @@ def run(
                     bar.phase(f"restoring + oracle on {len(jobs)} roots")
                     outs = run_continuations(pool, jobs)
                     # snapshots that hold resources (SWE layers, ALFWorld registries) are released where they live
-                    counts["snapshots_released"] += pool.release(discard=track)
+                    counts["snapshots_released"] += pool.release(discard=cap.holds_resources)
                     t2 = time.perf_counter()
                     per_task: list[list[ContinuationOutcome]] = []
                     pos = 0

@@ -44,7 +44,6 @@ from envkit.policies import PolicyInput
 from oracles.continuation import (
     ContinuationJob,
     ContinuationOutcome,
-    OwnerTrackingPool,
     continue_from_root,
     continue_many,
     job_for,
@@ -60,7 +59,6 @@ from trainers.step_table import StepRows
 __all__ = [
     "ContinuationJob",
     "ContinuationOutcome",
-    "OwnerTrackingPool",
     "RowCredit",
     "SeroConfig",
     "Weighted",

@@ -14,7 +14,9 @@ After `trainers.multi_turn.play` (with ``record=True``: every step keeps a snaps
 4. one oracle row per success, token-in/token-out: the episode's own ids up to the root (loss flag 0, never
    re-tokenised), then each oracle action (its text's ids + EOS, flag 1) and the env's next observation (flag 0).
    Oracle action k's advantage is multiplied by its reachability weight ``w_k`` from the policy's
-   length-normalised log-likelihood of the earlier oracle actions (one no-grad forward over all oracle rows).
+   length-normalised log-likelihood of the earlier oracle actions (one no-grad forward over all oracle rows);
+5. once the group is credited, every snapshot its episodes took is discarded in the episode's env
+   (`envkit.lifetime.discard_many`): SWE overlay layers do not pile up over a run.
 
 Oracle rows are added to the batch (the failed episode keeps its own row) and capped at
 ``sero_opts.max_oracle_share`` of it.
@@ -28,6 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from envkit.lifetime import discard_many
 from oracles.sero import ContinuationOutcome, SeroConfig, continue_from_root, credit_group, job_for, select_roots
 from trainers.multi_turn import AgentConfig, Episode, continuation_ids
 from trainers.prompts import encode_text
@@ -72,7 +75,9 @@ def sero_credit(model: Any, tokenizer: Any, env_id: str, episodes: list[Episode]
         w_min=opts.w_min, gamma_g=cfg.gamma_g, terminal_reward=cfg.success_reward,
     )  # fmt: skip
     budget = opts.max_oracle_rows(len(episodes))
-    counts = {"tried": 0, "restored": 0, "native": 0, "diverged": 0, "succeeded": 0, "capped": 0, "too_long": 0}
+    counts = dict.fromkeys(
+        ("tried", "restored", "native", "diverged", "succeeded", "capped", "too_long", "discarded"), 0
+    )
     turn_adv: dict[tuple[int, int], np.ndarray] = {}
     rows: list[OracleRow] = []
     for g in sorted({e.group for e in episodes}):
@@ -94,6 +99,7 @@ def sero_credit(model: Any, tokenizer: Any, env_id: str, episodes: list[Episode]
                 outcomes.append(out)
         counts["succeeded"] += len(outcomes)
         policy, oracle = credit_group(trajs, outcomes, scfg)
+        counts["discarded"] += sum(discard_many(e.env, e.snapshots()) for e in eps)
         for i, e in enumerate(eps):
             turn_adv[(e.group, e.index)] = np.array([policy[(i, t)].advantage for t in range(len(e.actions))])
         for k, out in enumerate(outcomes):

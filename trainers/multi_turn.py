@@ -145,6 +145,12 @@ class Episode:
         """The token ids sampled as turn t's action."""
         return [tok for tok, k in zip(self.context[len(self.prompt_ids) :], self.turn_of_token, strict=True) if k == t]
 
+    def snapshots(self) -> list[Any]:
+        """Every snapshot this episode took (before each step, and of its final state), for discarding."""
+        return [s.snapshot for s in self.steps if s.snapshot is not None] + (
+            [self.final_snapshot] if self.final_snapshot is not None else []
+        )
+
     def trajectory(self, env_id: str) -> Trajectory:
         """The episode as an `envkit.core.Trajectory` (needs ``record=True`` in `play`)."""
         return Trajectory(
@@ -208,7 +214,8 @@ def play(
     """Play `group_size` episodes of each task seed, batching one `generate` call per turn over live episodes.
 
     With `record`, each episode also keeps its `envkit.core.Step`s with a snapshot of the state before every
-    action and of its final state (SERO's roots).
+    action and of its final state (SERO's roots); the caller discards them in ``episode.env`` once the group is
+    credited (``envkit.lifetime.discard_many(e.env, e.snapshots())``; `trainers.local_sero.sero_credit` does).
     """
     specs = [EpisodeSpec(g, k, int(s)) for g, s in enumerate(seeds) for k in range(group_size)]
     return play_specs(

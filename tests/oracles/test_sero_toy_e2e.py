@@ -6,6 +6,7 @@ import gymnasium as gym
 import pytest
 
 import envkit  # noqa: F401
+from envkit.capability import SnapshotCapability
 from envkit.core import Root
 from envkit.errors import EnvkitError
 from envkit.io import read_records
@@ -153,6 +154,8 @@ def test_oracle_refuses_evaluation_envs():
 
 class CountingToy(ToyEnv):
     """A toy env whose snapshots hold a 'resource' (counted per instance) until discarded, like SWE layers."""
+
+    metadata = {"render_modes": [], **SnapshotCapability(holds_resources=True).metadata()}
 
     def __init__(self, **kw):
         super().__init__(**kw)

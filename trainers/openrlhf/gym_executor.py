@@ -36,6 +36,7 @@ import gymnasium as gym
 from openrlhf.utils.agent import AgentExecutorBase
 
 from envkit.core import Step, env_success, jsonable
+from envkit.lifetime import discard_many
 from trainers.openrlhf.config import BackendConfig
 from trainers.openrlhf.records import RESPONSE_KEY, RolloutRecord, RolloutSpec, Turn
 
@@ -168,7 +169,7 @@ class GymAgentExecutor(AgentExecutorBase):
         if self.config.sero:
             from trainers.openrlhf.sero_rows import Episode
 
-            episode = Episode(task, str(obs), jsonable(info))
+            episode = Episode(task, str(obs), jsonable(info), env)
         tokens = _tokenize(tokenizer, render_prompt(prompt, str(obs)))
         spec = getattr(engine, "spec", None) or RolloutSpec(group="")
         want_logprobs = getattr(sampling_params, "logprobs", None) is not None
@@ -275,4 +276,14 @@ class GymAgentExecutor(AgentExecutorBase):
             return responses
         from trainers.openrlhf.sero_rows import sero_group
 
-        return await sero_group(self, responses, episodes, actor, tokenizer, max_length, sampling_params)
+        try:
+            return await sero_group(self, responses, episodes, actor, tokenizer, max_length, sampling_params)
+        finally:  # the group is credited: release its snapshots in the envs that took them (SWE layers)
+            for ep in episodes:
+                if ep is not None:
+                    await asyncio.to_thread(discard_many, ep.env, ep.snapshots())
+
+    @property
+    def pending_episodes(self) -> int:
+        """Episodes kept with their snapshots until their group's `finish_group` (SERO)."""
+        return len(self._episodes)

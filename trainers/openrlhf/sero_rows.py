@@ -15,6 +15,9 @@ vLLM rollout actor that ran them:
    and OpenRLHF's batch arithmetic (train batch size, DeepSpeed accumulation) is untouched (the project's choice
    for this backend; the failed suffix after the root leaves the batch). At most ``roots_per_group`` rows and
    ``max_oracle_share`` of the group are replaced.
+
+Afterwards `GymAgentExecutor.finish_group` discards every snapshot of the group's episodes in the env that took
+it (`envkit.lifetime.discard_many`), whether or not SERO used them.
 """
 
 from __future__ import annotations
@@ -37,8 +40,15 @@ class Episode:
     task: Any
     initial_observation: str
     initial_info: dict[str, Any]
+    env: Any = None  # the env instance that took the snapshots (they are discarded there)
     steps: list[Step] = field(default_factory=list)
     final_snapshot: Any = None
+
+    def snapshots(self) -> list[Any]:
+        """Every snapshot this episode took (before each step, and of its final state)."""
+        return [s.snapshot for s in self.steps if s.snapshot is not None] + (
+            [self.final_snapshot] if self.final_snapshot is not None else []
+        )
 
     def trajectory(self, success: bool) -> Trajectory:
         return Trajectory(
