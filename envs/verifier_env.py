@@ -31,7 +31,7 @@ from typing import Any, Generic, Protocol, SupportsFloat, TypeVar, cast
 from envkit.capability import SnapshotCapability
 from envkit.errors import SnapshotError
 from envkit.snapshot import Snapshot, SnapshotEnvBase
-from envs.math.verdict import Verdict
+from envs.verdict import Verdict
 
 
 class _Closable(Protocol):

@@ -29,13 +29,7 @@ import numpy as np
 
 from envkit.capability import capability_from_metadata
 from envkit.core import Trajectory
-from envkit.io import RecordStore
-from envkit.lifetime import OwnerTrackingPool
-from envkit.policies import Policy, PolicyInput
-from envkit.pool import EnvFactory, make_pool
-from envkit.rollout import Task, rollout
-from oracles.records import STEP_FIELDS, summarize, summary_path, task_records, task_stats, write_output
-from oracles.sero import (
+from envkit.credit.sero import (
     ContinuationOutcome,
     SeroConfig,
     Weighted,
@@ -45,6 +39,12 @@ from oracles.sero import (
     run_continuations,
     select_roots,
 )
+from envkit.io import RecordStore
+from envkit.lifetime import OwnerTrackingPool
+from envkit.policies import Policy, PolicyInput
+from envkit.pool import EnvFactory, make_pool
+from envkit.rollout import Task, rollout
+from oracles.records import STEP_FIELDS, summarize, summary_path, task_records, task_stats, write_output
 
 __all__ = ["DEFAULT_ENV", "STEP_FIELDS", "RunConfig", "run", "summarize", "summary_path", "task_seed"]
 

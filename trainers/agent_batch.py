@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from trainers.advantages import (
+from envkit.credit.advantages import (
     StepTable,
     gigpo_advantages,
     graphgpo_advantages,

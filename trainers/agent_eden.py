@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainers.advantages import ESTIMATORS  # the episode-level estimators
+from envkit.credit.advantages import ESTIMATORS  # the episode-level estimators
 from trainers.explorers.eden import (
     EdenConfig,
     absorb,

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from trainers.advantages import ESTIMATORS  # the episode-level estimators
+from envkit.credit.advantages import ESTIMATORS  # the episode-level estimators
 from trainers.explorers.xrpo import XrpoConfig, XrpoPlanner, sharpen
 from trainers.local_explorers import xrpo_run_state
 from trainers.multi_turn import AgentConfig, Episode, EpisodeSpec, play_specs

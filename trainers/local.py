@@ -33,7 +33,8 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
-from trainers.advantages import group_advantages, zero_advantage_fraction
+from envkit.credit.advantages import group_advantages, zero_advantage_fraction
+from oracles.models import ModelConfig, load_model
 from trainers.agent_batch import collect_agent_batch
 from trainers.agent_eden import AgentEdenDriver
 from trainers.agent_xrpo import AgentXrpoDriver
@@ -42,7 +43,6 @@ from trainers.explorers.eden import EdenConfig
 from trainers.explorers.xrpo import XrpoConfig
 from trainers.local_explorers import EdenDriver, XrpoDriver
 from trainers.metrics import MetricsLogger, plot_metrics
-from trainers.models import ModelConfig, load_model
 from trainers.multi_turn import AgentConfig
 from trainers.prompts import encode_prompt
 from trainers.single_turn import Rollout, collect_plain
@@ -62,7 +62,7 @@ class TrainConfig:
             (``envkit/Math-v0``, ``envkit/Code-v0``: the env's verifier) or a multi-turn envkit id
             (``envkit/Toy-v0``, ``envkit/WebShop-v0``, ``envkit/ALFWorld-v0``).
         env_kwargs: JSON object of keyword arguments for the env (e.g. ``{"rg_tasks": ["products"]}``).
-        model: Which model (see `trainers.models`).
+        model: Which model (see `oracles.models`).
         run_dir: Output folder (metrics.jsonl, tb/, checkpoints/, curves.png).
         steps: RL steps (the run's last step number; a resumed run continues up to it).
         seed: Seed of prompt sampling, rollouts and EDEN noise.

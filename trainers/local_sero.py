@@ -4,12 +4,12 @@ weights (METHODS section 4; the OpenRLHF backend's counterpart is `trainers.open
 After `trainers.multi_turn.play` (with ``record=True``: every step keeps a snapshot of the state before it),
 `sero_credit` does, per task group:
 
-1. `oracles.sero.select_roots`: states on failed episodes with no known path to success, deepest first, at most
+1. `envkit.credit.sero.select_roots`: states on failed episodes with no known path to success, deepest first, at most
    ``sero_opts.roots_per_group``;
-2. `oracles.sero.continue_from_root` in the episode's own env: native restore of the snapshot (else verified
+2. `envkit.credit.sero.continue_from_root` in the episode's own env: native restore of the snapshot (else verified
    replay from the seed), then the env's oracle acts in the live env; only continuations the env confirms as
    success are used;
-3. `oracles.sero.credit_group`: GraphGPO credit of the group with the oracle transitions added, so the policy's
+3. `envkit.credit.sero.credit_group`: GraphGPO credit of the group with the oracle transitions added, so the policy's
    own steps before a root get finite distances (the group is no longer all-zero);
 4. one oracle row per success, token-in/token-out: the episode's own ids up to the root (loss flag 0, never
    re-tokenised), then each oracle action (its text's ids + EOS, flag 1) and the env's next observation (flag 0).
@@ -30,11 +30,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from envkit.credit.reachability import reachability_weights
+from envkit.credit.sero import ContinuationOutcome, SeroConfig, continue_from_root, credit_group, job_for, select_roots
 from envkit.lifetime import discard_many
-from oracles.sero import ContinuationOutcome, SeroConfig, continue_from_root, credit_group, job_for, select_roots
 from trainers.multi_turn import AgentConfig, Episode, continuation_ids
 from trainers.prompts import encode_text
-from trainers.reachability import reachability_weights
 from trainers.shared_prefix import response_logits
 
 

@@ -27,7 +27,7 @@ class SeroOptions:
     oracle_max_steps: int = 30
 
     def __post_init__(self) -> None:
-        from trainers.reachability import reachability_weights
+        from envkit.credit.reachability import reachability_weights
 
         if self.roots_per_group < 0:
             raise ValueError(f"SERO option roots_per_group={self.roots_per_group}: must be >= 0")

@@ -1,7 +1,7 @@
 """Single-turn rollout collection for the local trainer: plain GRPO groups, EDEN noisy rows, XRPO planning.
 
 `collect` samples the responses of one training step and scores them with the task's verifier; the trainer
-then computes advantages (`trainers.advantages`) and applies the explorer's post-processing (EDEN's absorb,
+then computes advantages (`envkit.credit.advantages`) and applies the explorer's post-processing (EDEN's absorb,
 XRPO's sharpening) before the update. The explorer maths lives in `trainers.explorers`; this module only
 drives the model with it:
 

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from envs.math.verdict import Verdict
+from envs.verdict import Verdict
 
 
 class SoftTimeout(BaseException):

@@ -8,6 +8,7 @@ import pytest
 import envkit  # noqa: F401
 from envkit.capability import SnapshotCapability
 from envkit.core import Root
+from envkit.credit.sero import ContinuationJob, SeroConfig, continue_from_root, job_for, select_roots
 from envkit.errors import EnvkitError
 from envkit.io import read_records
 from envkit.policies import RandomAdmissiblePolicy
@@ -15,7 +16,6 @@ from envkit.rollout import Task, play
 from envkit.snapshot import ReplayState
 from envkit.testing import ToyEnv
 from oracles.pipeline import RunConfig, run, summary_path
-from oracles.sero import ContinuationJob, SeroConfig, continue_from_root, job_for, select_roots
 
 # Toy episodes truncate at 10 steps: the random walk often misses the goal; a root with >= 7 steps left is always
 # enough for the oracle (the line has 8 cells).

@@ -9,10 +9,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import trainers.multi_turn as mt  # noqa: E402
+from oracles.models import ModelConfig  # noqa: E402
 from trainers.agent_batch import collect_agent_batch  # noqa: E402
 from trainers.explorers.eden import EdenConfig, absorb, eden_advantages, select_noisy  # noqa: E402
 from trainers.local import LocalTrainer, TrainConfig  # noqa: E402
-from trainers.models import ModelConfig  # noqa: E402
 from trainers.multi_turn import AgentConfig, Episode  # noqa: E402
 
 torch.set_num_threads(1)

@@ -8,10 +8,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from oracles.models import ModelConfig  # noqa: E402
 from trainers.agent_batch import collect_agent_batch  # noqa: E402
 from trainers.explorers.xrpo import XrpoConfig, sharpen  # noqa: E402
 from trainers.local import LocalTrainer, TrainConfig  # noqa: E402
-from trainers.models import ModelConfig  # noqa: E402
 from trainers.multi_turn import AgentConfig, Episode  # noqa: E402
 
 torch.set_num_threads(1)

@@ -10,12 +10,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from oracles.models import ModelConfig, load_model  # noqa: E402
 from trainers.explorers.eden import EdenConfig  # noqa: E402
 from trainers.explorers.xrpo import XrpoConfig  # noqa: E402
 from trainers.generation import batch_sequences, sample, score  # noqa: E402
 from trainers.local import TrainConfig  # noqa: E402
 from trainers.local_explorers import EdenDriver, XrpoDriver  # noqa: E402
-from trainers.models import ModelConfig, load_model  # noqa: E402
 from trainers.prompts import encode_prompt  # noqa: E402
 from trainers.tasks import ArithmeticTask  # noqa: E402
 from trainers.update import LossConfig, TrainBatch, update  # noqa: E402

@@ -14,13 +14,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from envkit.credit.reachability import reachability_weights  # noqa: E402
+from oracles.models import ModelConfig  # noqa: E402
 from trainers.agent_batch import collect_agent_batch  # noqa: E402
 from trainers.generation import batch_sequences, score  # noqa: E402
 from trainers.local import LocalTrainer, TrainConfig  # noqa: E402
-from trainers.models import ModelConfig  # noqa: E402
 from trainers.multi_turn import AgentConfig  # noqa: E402
 from trainers.prompts import encode_text  # noqa: E402
-from trainers.reachability import reachability_weights  # noqa: E402
 from trainers.sero_options import SeroOptions  # noqa: E402
 
 torch.set_num_threads(1)

@@ -33,8 +33,8 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats as _stats
 
+from envkit.credit.step_table import factorize
 from trainers.explorers.icl import IclCorpus, IclExample, icl_prefix
-from trainers.step_table import factorize
 
 __all__ = [
     "IclCorpus",

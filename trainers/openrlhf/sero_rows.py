@@ -4,12 +4,12 @@ Called by `GymAgentExecutor.finish_group` after a group's rollouts (one prompt, 
 vLLM rollout actor that ran them:
 
 1. the group's episodes (kept with their snapshots while ``--sero`` is on) become `envkit.core.Trajectory`s and
-   `oracles.sero.select_roots` picks roots on failed trajectories (deepest first, no known path to success);
-2. `oracles.sero.continue_from_root` restores each root (native snapshot, else verified replay) and lets the env's
+   `envkit.credit.sero.select_roots` picks roots on failed trajectories (deepest first, no known path to success);
+2. `envkit.credit.sero.continue_from_root` restores each root (native snapshot, else verified replay) and lets the env's
    oracle act in the live env; only continuations the env confirms as success are used;
 3. the oracle row is the failed rollout's tokens up to the root, then the oracle's actions (tokenised, EOS
    appended like a policy turn) and the env's observations; its policy-prefix turns keep weight 1 and each oracle
-   turn k gets ``trainers.reachability.reachability_weights`` from the policy's length-normalised log-likelihood
+   turn k gets ``envkit.credit.reachability.reachability_weights`` from the policy's length-normalised log-likelihood
    of the oracle actions (one prompt-logprobs pass of the live engine);
 4. the oracle row REPLACES the failed rollout it branched from, so the batch keeps exactly ``batch x n`` rows
    and OpenRLHF's batch arithmetic (train batch size, DeepSpeed accumulation) is untouched (the project's choice
@@ -78,7 +78,7 @@ async def sero_group(
     sampling_params: Any,
 ) -> list[dict]:
     """The group's responses with up to ``roots_per_group`` failed rollouts replaced by oracle rows."""
-    from oracles.sero import SeroConfig, continue_from_root, job_for, select_roots
+    from envkit.credit.sero import SeroConfig, continue_from_root, job_for, select_roots
 
     cfg: BackendConfig = executor.config
     opts = cfg.sero_opts
@@ -135,7 +135,7 @@ async def _oracle_row(
     sampling_params: Any,
 ) -> dict | None:
     """Tokens and record of one oracle row (None when it does not fit in ``max_length``)."""
-    from trainers.reachability import reachability_weights
+    from envkit.credit.reachability import reachability_weights
 
     tokens = list(response["observation_tokens"])
     if t < len(record.turns):

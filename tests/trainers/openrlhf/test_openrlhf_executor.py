@@ -165,7 +165,7 @@ def test_planned_rollouts_noise_only_the_first_turn_and_keep_specs(tokenizer):
 
 def test_executor_to_experience_pipeline_gigpo(tokenizer, strategy_factory):
     """Responses of the real executor -> the samples generator's Experience rows -> GiGPO advantages."""
-    from trainers.advantages import StepTable, gigpo_advantages
+    from envkit.credit.advantages import StepTable, gigpo_advantages
     from trainers.openrlhf.config import BackendConfig
     from trainers.openrlhf.experience import EnvkitExperienceMaker
     from trainers.openrlhf.records import RolloutRecord, RolloutSpec

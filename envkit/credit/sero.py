@@ -14,9 +14,9 @@ METHODS.md section 4 (the steps marked *ours* there are this module's documented
    continuations the env confirms as success are kept.
 3. `credit_group`: the group's GraphGPO graph with the oracle transitions added (distances recomputed, so the
    policy's own earlier steps get finite distances), GraphGPO advantages for policy and oracle rows
-   (`trainers.advantages.graphgpo_advantages`).
+   (`envkit.credit.advantages.graphgpo_advantages`).
 4. `reach_weights`: ``l_j`` from a policy `oracles.scorers.Scorer` (length-normalised, or the admissible-choice
-   variant), then `trainers.reachability.reachability_weights` (floor, temperature, minimum).
+   variant), then `envkit.credit.reachability.reachability_weights` (floor, temperature, minimum).
 
 `oracles.pipeline` strings these together for the ``envkit-oracle rollout`` command.
 
@@ -40,6 +40,10 @@ from typing import Any, Literal
 import numpy as np
 
 from envkit.core import Root, Step, Trajectory
+from envkit.credit.advantages import graphgpo_advantages
+from envkit.credit.graph import SUCCESS_NODE, TransitionGraph, build_transition_graph
+from envkit.credit.reachability import choice_logprob, reachability_weights
+from envkit.credit.step_table import StepRows
 from envkit.policies import PolicyInput
 from oracles.continuation import (
     ContinuationJob,
@@ -51,10 +55,6 @@ from oracles.continuation import (
     run_continuations,
 )
 from oracles.scorers import Scorer
-from trainers.advantages import graphgpo_advantages
-from trainers.graph import SUCCESS_NODE, TransitionGraph, build_transition_graph
-from trainers.reachability import choice_logprob, reachability_weights
-from trainers.step_table import StepRows
 
 __all__ = [
     "ContinuationJob",
@@ -235,7 +235,7 @@ def oracle_turns(prefix: Sequence[Step], outcome: ContinuationOutcome, task_id: 
 def reach_weights(
     scorer: Scorer, prefix: Sequence[Step], outcome: ContinuationOutcome, config: SeroConfig, task_id: str = ""
 ) -> Weighted:
-    """l_j from the scorer, then `trainers.reachability.reachability_weights` (METHODS section 4, step 5)."""
+    """l_j from the scorer, then `envkit.credit.reachability.reachability_weights` (METHODS section 4, step 5)."""
     if not outcome.steps:
         return Weighted((), ())
     turns = oracle_turns(prefix, outcome, task_id)

@@ -1,4 +1,4 @@
-"""Exact-value tests of trainers.advantages on hand-computed tables (METHODS sections 1-4)."""
+"""Exact-value tests of envkit.credit.advantages on hand-computed tables (METHODS sections 1-4)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from trainers.advantages import (
+from envkit.credit.advantages import (
     SUCCESS_NODE,
     TERMINAL_NODE,
     StepTable,
@@ -209,7 +209,7 @@ def test_graphgpo_all_success_prefers_shorter_path_and_all_fail_is_zero():
 
 
 def test_graphgpo_no_success_group_graph_advantage_is_only_the_invalid_penalty():
-    # Decision (docs/training.md, trainers.advantages): the invalid penalty stays in R_G. A group with no success
+    # Decision (docs/training.md, envkit.credit.advantages): the invalid penalty stays in R_G. A group with no success
     # has every d = 1, so its graph advantage is exactly 0 when no action is invalid and otherwise only
     # separates invalid rows from valid ones in the same state (as GiGPO's episode and step parts do).
     kw = {"group": [0] * 4, "trajectory": [0, 0, 1, 1], "step": [0, 1, 0, 1], "state": ["a", "b", "a", "b"]}
