@@ -29,21 +29,14 @@ import numpy as np
 
 from envkit.capability import capability_from_metadata
 from envkit.core import Trajectory
-from envkit.credit.sero import (
-    ContinuationOutcome,
-    SeroConfig,
-    Weighted,
-    credit_group,
-    job_for,
-    reach_weights,
-    run_continuations,
-    select_roots,
-)
+from envkit.credit.sero import SeroConfig, credit_group, select_roots
 from envkit.io import RecordStore
 from envkit.lifetime import OwnerTrackingPool
 from envkit.policies import Policy, PolicyInput
 from envkit.pool import EnvFactory, make_pool
 from envkit.rollout import Task, rollout
+from oracles.continuation import ContinuationOutcome, job_for, run_continuations
+from oracles.reach_weights import Weighted, reach_weights
 from oracles.records import STEP_FIELDS, summarize, summary_path, task_records, task_stats, write_output
 
 __all__ = ["DEFAULT_ENV", "STEP_FIELDS", "RunConfig", "run", "summarize", "summary_path", "task_seed"]

@@ -31,8 +31,9 @@ import numpy as np
 import torch
 
 from envkit.credit.reachability import reachability_weights
-from envkit.credit.sero import ContinuationOutcome, SeroConfig, continue_from_root, credit_group, job_for, select_roots
+from envkit.credit.sero import SeroConfig, credit_group, select_roots
 from envkit.lifetime import discard_many
+from oracles.continuation import ContinuationOutcome, continue_from_root, job_for
 from trainers.multi_turn import AgentConfig, Episode, continuation_ids
 from trainers.prompts import encode_text
 from trainers.shared_prefix import response_logits

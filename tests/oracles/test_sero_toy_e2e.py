@@ -8,13 +8,14 @@ import pytest
 import envkit  # noqa: F401
 from envkit.capability import SnapshotCapability
 from envkit.core import Root
-from envkit.credit.sero import ContinuationJob, SeroConfig, continue_from_root, job_for, select_roots
+from envkit.credit.sero import SeroConfig, select_roots
 from envkit.errors import EnvkitError
 from envkit.io import read_records
 from envkit.policies import RandomAdmissiblePolicy
 from envkit.rollout import Task, play
 from envkit.snapshot import ReplayState
 from envkit.testing import ToyEnv
+from oracles.continuation import ContinuationJob, continue_from_root, job_for
 from oracles.pipeline import RunConfig, run, summary_path
 
 # Toy episodes truncate at 10 steps: the random walk often misses the goal; a root with >= 7 steps left is always

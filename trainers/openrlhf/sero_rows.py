@@ -78,7 +78,8 @@ async def sero_group(
     sampling_params: Any,
 ) -> list[dict]:
     """The group's responses with up to ``roots_per_group`` failed rollouts replaced by oracle rows."""
-    from envkit.credit.sero import SeroConfig, continue_from_root, job_for, select_roots
+    from envkit.credit.sero import SeroConfig, select_roots
+    from oracles.continuation import continue_from_root, job_for
 
     cfg: BackendConfig = executor.config
     opts = cfg.sero_opts
