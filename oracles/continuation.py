@@ -51,7 +51,7 @@ class ContinuationJob:
     Attributes:
         root: The root (its snapshot, when recorded, is restored natively).
         replay: The verified-replay recipe (used when there is no snapshot or the native restore is refused).
-        env_id: Id of the env (picks the oracle from `oracles.base.ORACLES`).
+        env_id: Id of the env (picks the oracle: its ``EnvEntry.oracle``).
         max_steps: Step budget of the continuation.
         oracle_kwargs: Keyword arguments of the oracle's constructor.
     """

@@ -29,11 +29,13 @@ import numpy as np
 
 from envkit.capability import capability_from_metadata
 from envkit.core import Trajectory
+from envkit.credit.defaults import P_FLOOR, TAU_W, W_MIN
 from envkit.credit.sero import SeroConfig, credit_group, select_roots
 from envkit.io import RecordStore
 from envkit.lifetime import OwnerTrackingPool
 from envkit.policies import Policy, PolicyInput
 from envkit.pool import EnvFactory, make_pool
+from envkit.registration import env_facts
 from envkit.rollout import Task, rollout
 from oracles.continuation import ContinuationOutcome, job_for, run_continuations
 from oracles.reach_weights import Weighted, reach_weights
@@ -42,23 +44,6 @@ from oracles.records import STEP_FIELDS, summarize, summary_path, task_records, 
 __all__ = ["DEFAULT_ENV", "STEP_FIELDS", "RunConfig", "run", "summarize", "summary_path", "task_seed"]
 
 DEFAULT_ENV = "envkit/WebShop-v0"
-#: Episode step budgets (verl-agent's settings where it has them).
-HORIZONS: dict[str, int] = {
-    "envkit/WebShop-v0": 15,
-    "envkit/WebShopBrowser-v0": 15,
-    "envkit/ALFWorld-v0": 50,
-    "envkit/Toy-v0": 20,
-    "envkit/SWE-v0": 30,
-}
-#: Budget a root needs (METHODS: >= 2); long-horizon oracles need more to finish (ours, measured on ALFWorld).
-MIN_BUDGETS: dict[str, int] = {
-    "envkit/WebShop-v0": 8,
-    "envkit/WebShopBrowser-v0": 8,
-    "envkit/ALFWorld-v0": 20,
-    "envkit/SWE-v0": 8,
-}
-#: GraphGPO distance discounts (METHODS section 3).
-GAMMA_G: dict[str, float] = {"envkit/WebShop-v0": 0.20, "envkit/WebShopBrowser-v0": 0.20}
 
 
 @dataclass(frozen=True)
@@ -77,11 +62,11 @@ class RunConfig:
         workers: Env pool size.
         backend: ``inprocess``, ``subprocess`` or ``ray``.
         seed: Run seed (task seeds and the random policy's draws).
-        max_steps: Episode step budget (None: the env's default from `HORIZONS`, else 30).
-        min_budget: A root needs this many steps of budget left (None: `MIN_BUDGETS` for the env, else 2).
+        max_steps: Episode step budget (None: the env's ``EnvEntry.horizon``).
+        min_budget: A root needs this many steps of budget left (None: the env's ``EnvEntry.min_root_budget``).
         scorer: Scorer spec for reachability weights (``uniform`` or ``hf:PATH``).
         weighting: ``sequence`` or ``choice`` (admissible-choice variant).
-        gamma_g: GraphGPO discount (None: `GAMMA_G` for the env, else 0.10).
+        gamma_g: GraphGPO discount (None: the env's ``EnvEntry.gamma_g``).
         p_floor: Reachability weight floor.
         tau_w: Reachability weight temperature.
         w_min: Reachability weight minimum.
@@ -110,9 +95,9 @@ class RunConfig:
     scorer: str = "uniform"
     weighting: str = "sequence"
     gamma_g: float | None = None
-    p_floor: float = 0.05
-    tau_w: float = 1.0
-    w_min: float = 0.05
+    p_floor: float = P_FLOOR
+    tau_w: float = TAU_W
+    w_min: float = W_MIN
     device: str = "auto"
     chunk_tasks: int | None = None
     progress: bool = True
@@ -131,15 +116,15 @@ class RunConfig:
 
     @property
     def horizon(self) -> int:
-        return self.max_steps if self.max_steps is not None else HORIZONS.get(self.env_id, 30)
+        return self.max_steps if self.max_steps is not None else env_facts(self.env_id).horizon
 
     @property
     def root_budget(self) -> int:
-        return self.min_budget if self.min_budget is not None else MIN_BUDGETS.get(self.env_id, 2)
+        return self.min_budget if self.min_budget is not None else env_facts(self.env_id).min_root_budget
 
     @property
     def sero(self) -> SeroConfig:
-        gamma = self.gamma_g if self.gamma_g is not None else GAMMA_G.get(self.env_id, 0.10)
+        gamma = self.gamma_g if self.gamma_g is not None else env_facts(self.env_id).gamma_g
         return SeroConfig(
             roots_per_group=self.roots,
             min_budget=self.root_budget,

@@ -34,6 +34,7 @@ import torch
 from tqdm import tqdm
 
 from envkit.credit.advantages import group_advantages, zero_advantage_fraction
+from envkit.registration import env_facts
 from oracles.models import ModelConfig, load_model
 from trainers.agent_batch import collect_agent_batch
 from trainers.agent_eden import AgentEdenDriver
@@ -49,8 +50,6 @@ from trainers.single_turn import Rollout, collect_plain
 from trainers.tasks import make_task
 from trainers.update import LossConfig, TrainBatch, update
 from trainers.warmup import sft_warmup
-
-SINGLE_TURN_ENVS = ("envkit/Math-v0", "envkit/Code-v0")
 
 
 @dataclass(frozen=True)
@@ -143,7 +142,7 @@ class TrainConfig:
 
     @property
     def multi_turn(self) -> bool:
-        return self.task.startswith("envkit/") and self.task not in SINGLE_TURN_ENVS
+        return self.task.startswith("envkit/") and not env_facts(self.task).single_turn
 
 
 class LocalTrainer:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from envkit.core import Step, Trajectory, env_success, jsonable
+from envkit.credit.defaults import GAMMA_G
 from envkit.registration import make
 from trainers.generation import sample
 from trainers.prompts import decode, encode_prompt, encode_text
@@ -41,7 +42,7 @@ class AgentConfig:
         gamma_g: GraphGPO distance discount.
         system: Optional system message.
         sero: SERO oracle continuations (`trainers.local_sero`; needs ``estimator="graphgpo"`` and an oracle
-            for the env in ``oracles.base.ORACLES``).
+            for the env: ``EnvEntry.oracle``).
         sero_opts: SERO settings (roots per group, reachability-weight floor / temperature / minimum, oracle
             share cap).
         reuse_kv_cache: Keep each live episode's KV cache between turns (`trainers.turn_cache`), so a turn
@@ -56,7 +57,7 @@ class AgentConfig:
     omega: float = 1.0
     episode_stats: Literal["steps", "trajectories"] = "steps"
     invalid_penalty: float = 0.1
-    gamma_g: float = 0.10
+    gamma_g: float = GAMMA_G
     system: str | None = None
     sero: bool = False
     sero_opts: SeroOptions = field(default_factory=SeroOptions)

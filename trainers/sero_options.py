@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from envkit.credit.defaults import P_FLOOR, TAU_W, W_MIN
+
 
 @dataclass(frozen=True)
 class SeroOptions:
@@ -20,9 +22,9 @@ class SeroOptions:
     """
 
     roots_per_group: int = 2
-    p_floor: float = 0.05
-    tau_w: float = 1.0
-    w_min: float = 0.05
+    p_floor: float = P_FLOOR
+    tau_w: float = TAU_W
+    w_min: float = W_MIN
     max_oracle_share: float = 0.25
     oracle_max_steps: int = 30
 

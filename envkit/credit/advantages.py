@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from envkit.credit.defaults import GAMMA_G
 from envkit.credit.graph import (
     SUCCESS_NODE,
     TERMINAL_NODE,
@@ -320,7 +321,7 @@ class GraphgpoResult:
 def graphgpo_advantages(
     table: StepTable,
     *,
-    gamma_g: float = 0.10,
+    gamma_g: float = GAMMA_G,
     beta_g: float = 1.0,
     beta_e: float = 1.0,
     reward_scale: float = 10.0,

@@ -36,6 +36,7 @@ from typing import Any, Literal, Protocol
 
 from envkit.core import Root, Step, Trajectory
 from envkit.credit.advantages import graphgpo_advantages
+from envkit.credit.defaults import GAMMA_G, P_FLOOR, TAU_W, W_MIN
 from envkit.credit.graph import SUCCESS_NODE, TransitionGraph, build_transition_graph
 from envkit.credit.reachability import reachability_weights
 from envkit.credit.step_table import StepRows
@@ -85,11 +86,11 @@ class SeroConfig:
     roots_per_group: int = 2
     min_budget: int = 2
     horizon: int = 15
-    p_floor: float = 0.05
-    tau_w: float = 1.0
-    w_min: float = 0.05
+    p_floor: float = P_FLOOR
+    tau_w: float = TAU_W
+    w_min: float = W_MIN
     weighting: Literal["sequence", "choice"] = "sequence"
-    gamma_g: float = 0.10
+    gamma_g: float = GAMMA_G
     terminal_reward: float = 10.0
     oracle_kwargs: Mapping[str, Any] = field(default_factory=dict)
 

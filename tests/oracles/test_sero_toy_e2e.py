@@ -187,9 +187,10 @@ def test_snapshots_holding_resources_are_discarded_in_their_worker(tmp_path, mon
         made.extend(e.unwrapped for e in self.envs)
 
     monkeypatch.setattr(pool_mod.InProcessPool, "__init__", spy)
-    from oracles.base import ORACLES
+    from envkit.registration import ENVS, EnvEntry
 
-    monkeypatch.setitem(ORACLES, "envkit/CountingToy-v0", "oracles.toy:ToyOracle")
+    entry = EnvEntry("envkit/CountingToy-v0", "", None, "", oracle="oracles.toy:ToyOracle")
+    monkeypatch.setitem(ENVS, "envkit/CountingToy-v0", entry)
     try:
         cfg = _cfg(tmp_path, "c.jsonl", env_id="envkit/CountingToy-v0", workers=2, backend="inprocess")
         summary = run(cfg)
@@ -207,10 +208,11 @@ def test_snapshots_holding_resources_are_discarded_in_their_worker(tmp_path, mon
 def test_roots_go_to_the_worker_that_made_them(tmp_path, monkeypatch):
     # Native snapshots valid only in their own env instance (like ALFWorld): sent to their owner, they restore
     # natively; elsewhere they would fall back to replay.
-    from oracles.base import ORACLES
+    from envkit.registration import ENVS, EnvEntry
 
     gym.register(id="envkit/BoundToy-v0", entry_point=InstanceBoundToy, order_enforce=False, disable_env_checker=True)
-    monkeypatch.setitem(ORACLES, "envkit/BoundToy-v0", "oracles.toy:ToyOracle")
+    entry = EnvEntry("envkit/BoundToy-v0", "", None, "", oracle="oracles.toy:ToyOracle")
+    monkeypatch.setitem(ENVS, "envkit/BoundToy-v0", entry)
     try:
         cfg = _cfg(tmp_path, "b.jsonl", env_id="envkit/BoundToy-v0", workers=3, backend="inprocess", tasks=12)
         tot = run(cfg)["totals"]
