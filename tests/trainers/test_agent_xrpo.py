@@ -34,7 +34,9 @@ def _trainer(tmp_path, estimator="grpo", sero=False, **xrpo) -> LocalTrainer:
 
 def _batch(trainer):
     cfg = trainer.cfg
-    return collect_agent_batch(trainer.model, trainer.tok, cfg.task, cfg, seed=3, explorer=trainer.explorer, step=1)
+    return collect_agent_batch(
+        trainer.model, trainer.tok, cfg.task, cfg.shape, seed=3, explorer=trainer.explorer, step=1
+    )
 
 
 def test_the_budget_is_kept_and_all_fail_tasks_get_icl_first_prompts(tmp_path):

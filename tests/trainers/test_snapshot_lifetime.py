@@ -45,7 +45,7 @@ def test_swe_layer_store_stays_bounded_over_200_episodes(swe_sandbox, file_writi
     first_id = int(store.new_id(), 16)
     counts, played, discarded = [], 0, 0
     for step in range(EPISODES // (TASKS * GROUP)):
-        _, m = collect_agent_batch(model, tok, "envkit/SWE-v0", cfg, seed=step, step=step)
+        _, m = collect_agent_batch(model, tok, "envkit/SWE-v0", cfg.shape, seed=step, step=step)
         played += m["rollouts"]
         discarded += m["sero_discarded"]
         assert m["invalid_share"] == 0.0  # every action was the file-writing tool call
