@@ -25,7 +25,7 @@ from envkit.capability import snapshot_capability
 from envkit.errors import EnvkitError
 from envkit.pool import EnvPool, Request, Result
 
-__all__ = ["OwnerTrackingPool", "discard_many", "holds_resources"]
+__all__ = ["OwnerTrackingPool", "discard_many", "holds_resources", "taken_snapshots"]
 
 
 def holds_resources(env: Any) -> bool:
@@ -35,6 +35,12 @@ def holds_resources(env: Any) -> bool:
         return snapshot_capability(env).holds_resources
     except EnvkitError:
         return False
+
+
+def taken_snapshots(steps: Iterable[Any], final_snapshot: Any = None) -> list[Any]:
+    """The snapshots an episode took: each step's (``Step.snapshot``, before its action) and the final one."""
+    out = [s.snapshot for s in steps if getattr(s, "snapshot", None) is not None]
+    return out if final_snapshot is None else [*out, final_snapshot]
 
 
 def discard_many(env: Any, snapshots: Iterable[Any]) -> int:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 from envkit.core import Step, Trajectory, env_success, jsonable
 from envkit.credit.defaults import GAMMA_G
+from envkit.lifetime import taken_snapshots
 from envkit.registration import make
 from trainers.generation import sample
 from trainers.prompts import decode, encode_prompt, encode_text
@@ -148,9 +149,7 @@ class Episode:
 
     def snapshots(self) -> list[Any]:
         """Every snapshot this episode took (before each step, and of its final state), for discarding."""
-        return [s.snapshot for s in self.steps if s.snapshot is not None] + (
-            [self.final_snapshot] if self.final_snapshot is not None else []
-        )
+        return taken_snapshots(self.steps, self.final_snapshot)
 
     def trajectory(self, env_id: str) -> Trajectory:
         """The episode as an `envkit.core.Trajectory` (needs ``record=True`` in `play`)."""

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from envkit.core import Step, Trajectory
+from envkit.lifetime import taken_snapshots
 from trainers.openrlhf.config import BackendConfig
 from trainers.openrlhf.records import RESPONSE_KEY, RolloutRecord, Turn
 
@@ -46,9 +47,7 @@ class Episode:
 
     def snapshots(self) -> list[Any]:
         """Every snapshot this episode took (before each step, and of its final state)."""
-        return [s.snapshot for s in self.steps if s.snapshot is not None] + (
-            [self.final_snapshot] if self.final_snapshot is not None else []
-        )
+        return taken_snapshots(self.steps, self.final_snapshot)
 
     def trajectory(self, success: bool) -> Trajectory:
         return Trajectory(
