@@ -41,7 +41,7 @@ from trainers.explorers.eden import (
 from trainers.explorers.xrpo import IclCorpus, XrpoConfig, XrpoPlanner, sharpen
 from trainers.prompts import encode_prompt
 from trainers.single_turn import Rollout, generate_rows
-from trainers.tasks import Problem, Task
+from trainers.tasks import Problem, ProblemSource
 
 
 class AnchorSelection:
@@ -130,7 +130,7 @@ class EdenDriver(AnchorSelection):
     """EDEN rollouts for the local trainer (see the module docstring)."""
 
     def __init__(
-        self, cfg: EdenConfig, model: Any, tok: Any, task: Task, shape: RunShape, state: dict[str, Any] | None
+        self, cfg: EdenConfig, model: Any, tok: Any, task: ProblemSource, shape: RunShape, state: dict[str, Any] | None
     ):
         self.task = task
         self._init_eden(cfg, model, tok, shape, state)
@@ -202,7 +202,7 @@ class XrpoDriver:
     """XRPO rollouts for the local trainer (see the module docstring)."""
 
     def __init__(
-        self, cfg: XrpoConfig, model: Any, tok: Any, task: Task, shape: RunShape, state: dict[str, Any] | None
+        self, cfg: XrpoConfig, model: Any, tok: Any, task: ProblemSource, shape: RunShape, state: dict[str, Any] | None
     ):
         self.cfg, self.corpus = xrpo_run_state(cfg, shape, state)
         self.model, self.tok, self.task, self.shape = model, tok, task, shape

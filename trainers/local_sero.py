@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from envkit.credit.reachability import reachability_weights
-from envkit.credit.sero import SeroConfig, credit_group, select_roots
+from envkit.credit.sero import credit_group, select_roots
 from envkit.lifetime import discard_many
 from oracles.continuation import ContinuationOutcome, continue_from_root, job_for
 from trainers.multi_turn import AgentConfig, Episode, continuation_ids
@@ -71,10 +71,7 @@ class SeroResult:
 def sero_credit(model: Any, tokenizer: Any, env_id: str, episodes: list[Episode], cfg: AgentConfig) -> SeroResult:
     """Roots, continuations, credit and oracle rows of one step's episodes (see the module docstring)."""
     opts = cfg.sero_opts
-    scfg = SeroConfig(
-        roots_per_group=opts.roots_per_group, horizon=cfg.max_turns, p_floor=opts.p_floor, tau_w=opts.tau_w,
-        w_min=opts.w_min, gamma_g=cfg.gamma_g, terminal_reward=cfg.success_reward,
-    )  # fmt: skip
+    scfg = opts.sero_config(cfg.max_turns, gamma_g=cfg.gamma_g, terminal_reward=cfg.success_reward)
     budget = opts.max_oracle_rows(len(episodes))
     counts = dict.fromkeys(
         ("tried", "restored", "native", "diverged", "succeeded", "capped", "too_long", "discarded"), 0

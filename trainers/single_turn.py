@@ -21,7 +21,7 @@ from typing import Any
 
 from trainers.generation import sample
 from trainers.prompts import decode
-from trainers.tasks import Problem, Task
+from trainers.tasks import Problem, ProblemSource
 
 
 @dataclass
@@ -89,7 +89,7 @@ def generate_rows(
     return rollouts
 
 
-def verify(task: Task, problems: Sequence[Problem], rollouts: Sequence[Rollout]) -> None:
+def verify(task: ProblemSource, problems: Sequence[Problem], rollouts: Sequence[Rollout]) -> None:
     """Set each rollout's reward with the task's verifier (one batch call)."""
     rewards = task.score([problems[r.group] for r in rollouts], [r.text for r in rollouts])
     for r, reward in zip(rollouts, rewards, strict=True):
@@ -99,7 +99,7 @@ def verify(task: Task, problems: Sequence[Problem], rollouts: Sequence[Rollout])
 def collect_plain(
     model: Any,
     tokenizer: Any,
-    task: Task,
+    task: ProblemSource,
     problems: Sequence[Problem],
     prompts: Sequence[list[int]],
     *,

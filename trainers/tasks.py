@@ -42,7 +42,7 @@ class Problem:
     seed: int | None = None
 
 
-class Task(Protocol):
+class ProblemSource(Protocol):
     """What the local trainer needs from a single-turn task."""
 
     @property
@@ -170,7 +170,7 @@ class EnvTask:
         return [r for r, _ in self.check(problems, completions)]
 
 
-def make_task(spec: str, env_kwargs: dict[str, Any] | None = None) -> Task:
+def make_task(spec: str, env_kwargs: dict[str, Any] | None = None) -> ProblemSource:
     """A task from its CLI spec: ``arith`` / ``arith:<digits>`` or an envkit id such as ``envkit/Math-v0``."""
     if spec == "arith" or spec.startswith("arith:"):
         return ArithmeticTask(digits=int(spec.split(":", 1)[1]) if ":" in spec else 2)

@@ -42,7 +42,7 @@ from trainers.openrlhf.records import RESPONSE_KEY, RolloutRecord, RolloutSpec, 
 
 
 @dataclass(frozen=True)
-class Task:
+class RolloutTask:
     """One episode's env and reset arguments, parsed from a dataset label."""
 
     env_id: str
@@ -51,7 +51,7 @@ class Task:
     kwargs: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_label(cls, label: Any, config: BackendConfig) -> Task:
+    def from_label(cls, label: Any, config: BackendConfig) -> RolloutTask:
         """Parse a label (JSON object, integer seed, or None) with the config's defaults.
 
         Raises:
@@ -116,13 +116,13 @@ class GymAgentExecutor(AgentExecutorBase):
         self._ids = itertools.count()
 
     # ----- env reuse -----------------------------------------------------------------------------------------
-    async def _acquire(self, task: Task) -> gym.Env[Any, Any]:
+    async def _acquire(self, task: RolloutTask) -> gym.Env[Any, Any]:
         free = self._free.setdefault(task.env_key, [])
         if free:
             return free.pop()
         return await asyncio.to_thread(gym.make, task.env_id, **task.kwargs)
 
-    def _release(self, task: Task, env: gym.Env[Any, Any]) -> None:
+    def _release(self, task: RolloutTask, env: gym.Env[Any, Any]) -> None:
         self._free.setdefault(task.env_key, []).append(env)
 
     def close(self) -> None:
@@ -143,7 +143,7 @@ class GymAgentExecutor(AgentExecutorBase):
         llm_engine: Any,
         images: Any = None,
     ) -> dict[str, Any]:
-        task = Task.from_label(label, self.config)
+        task = RolloutTask.from_label(label, self.config)
         if task.seed is None:  # all rollouts of one prompt must play the same episode: seed from the prompt
             digest = hashlib.sha256(f"{prompt}\x00{label}".encode()).hexdigest()
             task = dataclasses.replace(task, seed=int(digest[:8], 16))
@@ -156,7 +156,7 @@ class GymAgentExecutor(AgentExecutorBase):
     async def _episode(
         self,
         env: gym.Env[Any, Any],
-        task: Task,
+        task: RolloutTask,
         prompt: str,
         label: Any,
         sampling_params: Any,
@@ -167,9 +167,9 @@ class GymAgentExecutor(AgentExecutorBase):
         obs, info = await asyncio.to_thread(env.reset, seed=task.seed, options=task.options)
         episode = None
         if self.config.sero:
-            from trainers.openrlhf.sero_rows import Episode
+            from trainers.openrlhf.sero_rows import SeroEpisode
 
-            episode = Episode(task, str(obs), jsonable(info), env)
+            episode = SeroEpisode(task, str(obs), jsonable(info), env)
         tokens = _tokenize(tokenizer, render_prompt(prompt, str(obs)))
         spec = getattr(engine, "spec", None) or RolloutSpec(group="")
         want_logprobs = getattr(sampling_params, "logprobs", None) is not None

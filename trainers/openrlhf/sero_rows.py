@@ -35,7 +35,7 @@ from trainers.openrlhf.records import RESPONSE_KEY, RolloutRecord, Turn
 
 
 @dataclass
-class Episode:
+class SeroEpisode:
     """What the executor keeps of one rollout while SERO may still need it."""
 
     task: Any
@@ -70,14 +70,14 @@ def _tokenize(tokenizer: Any, text: str) -> list[int]:
 async def sero_group(
     executor: Any,
     responses: list[dict],
-    episodes: list[Episode | None],
+    episodes: list[SeroEpisode | None],
     actor: Any,
     tokenizer: Any,
     max_length: int,
     sampling_params: Any,
 ) -> list[dict]:
     """The group's responses with up to ``roots_per_group`` failed rollouts replaced by oracle rows."""
-    from envkit.credit.sero import SeroConfig, select_roots
+    from envkit.credit.sero import select_roots
     from oracles.continuation import continue_from_root, job_for
 
     cfg: BackendConfig = executor.config
@@ -87,9 +87,7 @@ async def sero_group(
         return responses
     horizon = cfg.max_turns or opts.oracle_max_steps
     trajs = [e.trajectory(rec.success) for e, rec in zip(episodes, records)]  # type: ignore[union-attr]
-    scfg = SeroConfig(
-        roots_per_group=opts.roots_per_group, horizon=horizon, p_floor=opts.p_floor, tau_w=opts.tau_w, w_min=opts.w_min
-    )
+    scfg = opts.sero_config(horizon)
     cap = min(opts.roots_per_group, int(np.floor(opts.max_oracle_share * len(responses))))
     out = list(responses)
     used: set[int] = set()
