@@ -19,9 +19,10 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from envkit.capability import SNAPSHOT_KINDS, capability_from_metadata
 from envkit.core import jsonable
 from envkit.errors import EnvkitError, SnapshotContractError, SnapshotError
-from envkit.snapshot import SNAPSHOT_KINDS, observation_hash
+from envkit.snapshot import observation_hash
 
 ActionChooser = Callable[[Any, Mapping[str, Any], np.random.Generator], Any]
 
@@ -85,12 +86,12 @@ def check_snapshot_env(
         env: The env (as returned by `gymnasium.make` or constructed directly).
         seed: Seed of the episode used for the check.
         options: Reset options.
-        depth: Actions before the snapshot (default: ``metadata["snapshot_check_depth"]`` when the env declares
-            it, e.g. 0 for single-turn envs, else 3).
+        depth: Actions before the snapshot (default: the env's ``SnapshotCapability.check_depth``, e.g. 0 for
+            single-turn envs, else 3).
         horizon: Actions after it (the episode may end earlier).
         choose: Picks actions; default: uniform over ``info["admissible_actions"]`` else ``action_space.sample()``.
         make_fresh: Builds a fresh instance for rule 3; default ``gymnasium.make(env.spec)`` or ``type(env)()``.
-        compare_info: Also compare the JSON-able info (minus ``metadata["snapshot_info_ignore"]`` keys).
+        compare_info: Also compare the JSON-able info (minus the capability's ``info_ignore`` keys).
         max_steps: Rule 4 plays from the snapshot to the episode's end; it must end within this many steps.
 
     Returns:
@@ -106,15 +107,19 @@ def check_snapshot_env(
         raise SnapshotContractError(
             f"rule 5: metadata['snapshot'] must be one of {SNAPSHOT_KINDS}, got {kind!r}; declare the capability"
         )
+    try:
+        cap = capability_from_metadata(meta)
+    except SnapshotError as exc:
+        raise SnapshotContractError(f"rule 5: {exc}") from exc
     for name in ("snapshot", "restore", "discard"):
         if not callable(getattr(env, name, None)):
             raise SnapshotContractError(
                 f"rule 5: {type(env).__name__} has no {name}() method; gymnasium wrappers hide it: build the env "
                 "without wrappers (envkit registers its ids without them) or call the check on env.unwrapped"
             )
-    ignore = set(meta.get("snapshot_info_ignore", ()))
+    ignore = set(cap.info_ignore)
     if depth is None:
-        depth = int(meta.get("snapshot_check_depth", 3))
+        depth = cap.check_depth
     choose = choose or admissible_or_sample(env)
     rules: dict[int, str] = {}
     rng = np.random.default_rng(seed)
@@ -148,7 +153,7 @@ def check_snapshot_env(
     snap = env.snapshot()
     if _rng_state(base) != rng_before:
         raise SnapshotContractError("rule 1: snapshot() advanced the env's random generator")
-    held = pickle.dumps(snap) if meta.get("snapshot_picklable", True) else None
+    held = pickle.dumps(snap) if cap.picklable else None
     suffix, ref, _, _ = play(horizon, obs, info)
 
     # Rule 1: the same actions without a snapshot give the same transitions.

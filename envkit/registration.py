@@ -5,15 +5,22 @@ Registering imports nothing heavy: the domain module (and its optional dependenc
 a missing extra raises `MissingExtraError` naming the ``pip install`` that fixes it.
 
 `envkit.make` is `gymnasium.make` plus an "unknown id" error that suggests the closest registered id.
+
+Each `EnvEntry` also holds the env's facts that the oracle pipeline and the trainers need (episode horizon,
+the budget a SERO root needs, GraphGPO's gamma_g, the default oracle, single- or multi-turn): one table, keyed
+by id, instead of one per consumer. `env_facts(id)` gives the entry, or the defaults for an id envkit does not
+register.
 """
 
 from __future__ import annotations
 
 import difflib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import gymnasium as gym
+
+from envkit.credit.defaults import GAMMA_G
 
 NAMESPACE = "envkit"
 
@@ -28,6 +35,13 @@ class EnvEntry:
         extra: The envkit extra that installs its dependencies (``pip install 'envkit[<extra>]'``).
         description: One line for ``envkit-oracle envs`` and the README.
         needs_data: Environment variable naming its data directory, if it needs downloaded data.
+        horizon: Episode step budget of oracle runs and SERO (verl-agent's settings where it has them).
+        min_root_budget: Steps of budget a SERO root needs left (METHODS: >= 2; long-horizon oracles need more
+            to finish, ours, measured on ALFWorld).
+        gamma_g: GraphGPO distance discount (METHODS section 3: 0.10 ALFWorld, 0.20 WebShop).
+        oracle: Default SERO oracle as ``"module:Class"`` (imported lazily by `oracles.base.make_oracle`), or None.
+        single_turn: One response per episode (RLVR prompts: the local trainer samples groups of answers);
+            False: a multi-turn agent env.
     """
 
     id: str
@@ -35,31 +49,54 @@ class EnvEntry:
     extra: str | None
     description: str
     needs_data: str | None = None
+    horizon: int = 30
+    min_root_budget: int = 2
+    gamma_g: float = GAMMA_G
+    oracle: str | None = None
+    single_turn: bool = False
 
 
 ENVS: dict[str, EnvEntry] = {
     e.id: e
     for e in (
-        EnvEntry("envkit/Toy-v0", "envkit.testing:ToyEnv", None, "deterministic line-walk env for envkit's own tests"),
         EnvEntry(
-            "envkit/ALFWorld-v0",
-            "envs.alfworld.env:ALFWorldEnv",
-            "alfworld",
-            "ALFWorld text games on the real TextWorld/PDDL engine",
-            needs_data="ALFWORLD_DATA",
+            "envkit/Toy-v0", "envkit.testing:ToyEnv", None, "deterministic line-walk env for envkit's own tests",
+            horizon=20, oracle="oracles.toy:ToyOracle",
         ),
-        EnvEntry("envkit/WebShop-v0", "envs.webshop.env:WebShopEnv", "webshop", "WebShop text shopping env"),
         EnvEntry(
-            "envkit/WebShopBrowser-v0",
-            "envs.webshop.browser:WebShopBrowserEnv",
-            "browser",
+            "envkit/ALFWorld-v0", "envs.alfworld.env:ALFWorldEnv", "alfworld",
+            "ALFWorld text games on the real TextWorld/PDDL engine", needs_data="ALFWORLD_DATA",
+            horizon=50, min_root_budget=20, oracle="oracles.alfworld:ALFWorldOracle",
+        ),
+        EnvEntry(
+            "envkit/WebShop-v0", "envs.webshop.env:WebShopEnv", "webshop", "WebShop text shopping env",
+            horizon=15, min_root_budget=8, gamma_g=0.20, oracle="oracles.webshop:WebShopOracle",
+        ),
+        EnvEntry(
+            "envkit/WebShopBrowser-v0", "envs.webshop.browser:WebShopBrowserEnv", "browser",
             "WebShop in headless Chromium through selenium",
+            horizon=15, min_root_budget=8, gamma_g=0.20, oracle="oracles.webshop:WebShopOracle",
         ),
-        EnvEntry("envkit/SWE-v0", "envs.swe.env:SWEEnv", "swe", "software-engineering tasks in sandboxed repos"),
-        EnvEntry("envkit/Math-v0", "envs.math.env:MathEnv", "math", "math problems verified by math-verify"),
-        EnvEntry("envkit/Code-v0", "envs.code.env:CodeEnv", "code", "code problems checked by tests in a sandbox"),
+        EnvEntry(
+            "envkit/SWE-v0", "envs.swe.env:SWEEnv", "swe", "software-engineering tasks in sandboxed repos",
+            horizon=30, min_root_budget=8, oracle="oracles.swe:GoldPatchOracle",
+        ),
+        EnvEntry(
+            "envkit/Math-v0", "envs.math.env:MathEnv", "math", "math problems verified by math-verify",
+            oracle="oracles.reference:MathReferenceOracle", single_turn=True,
+        ),
+        EnvEntry(
+            "envkit/Code-v0", "envs.code.env:CodeEnv", "code", "code problems checked by tests in a sandbox",
+            oracle="oracles.reference:CodeReferenceOracle", single_turn=True,
+        ),
     )
-}
+}  # fmt: skip
+
+
+def env_facts(env_id: str) -> EnvEntry:
+    """The registry entry of `env_id`; for an id envkit does not register (a user's own env), the defaults."""
+    entry = ENVS.get(env_id)
+    return entry if entry is not None else replace(EnvEntry(env_id, "", None, ""), id=env_id)
 
 
 def register_envs() -> None:

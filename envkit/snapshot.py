@@ -6,10 +6,12 @@ The contract (checked by `envkit.checker.check_snapshot_env`):
 2. `restore(s)` returns the `(obs, info)` held when `s` was taken; stepping the same actions afterwards gives
    the same `(obs, reward, terminated, truncated)` as the first time.
 3. Stepping on never mutates `s`; one `s` restores any number of times; restoring into a fresh env instance of
-   the same id works (snapshots are picklable unless ``metadata["snapshot_picklable"]`` is False).
+   the same id works (snapshots are picklable unless their `SnapshotCapability` says ``picklable=False``).
 4. Wrapper state (step counters, history) is part of the state.
-5. Capability is declared in ``metadata["snapshot"]`` (``"native"`` or ``"replay"``).
-6. Snapshots that hold resources are released by `discard(s)`.
+5. Capability is declared in ``metadata["snapshot"]`` (``"native"`` or ``"replay"``) and, in full, as one frozen
+   `envkit.capability.SnapshotCapability` in ``metadata["snapshot_capability"]``.
+6. Snapshots that hold resources (``SnapshotCapability.holds_resources``) are released by `discard(s)`; whoever
+   takes them discards them once done (`envkit.lifetime`).
 
 Example:
     >>> import gymnasium, envkit
@@ -34,10 +36,20 @@ from typing import Any, Protocol, SupportsFloat, runtime_checkable
 import gymnasium as gym
 import numpy as np
 
+from envkit.capability import SNAPSHOT_KINDS, SnapshotCapability
 from envkit.errors import InvalidActionError, ReplayDivergenceError, ResetNeededError, SnapshotError
 from envkit.spaces import FreeText
 
-SNAPSHOT_KINDS = ("native", "replay")
+__all__ = [
+    "SNAPSHOT_KINDS",
+    "ReplaySnapshot",
+    "ReplayState",
+    "Snapshot",
+    "SnapshotEnv",
+    "SnapshotEnvBase",
+    "observation_hash",
+    "replay",
+]
 
 
 @dataclass(frozen=True)
@@ -96,12 +108,13 @@ class SnapshotEnvBase(gym.Env[str, str]):
     """Base class for envkit environments with free-text actions and observations.
 
     Subclasses implement `_reset`, `_step`, `_snapshot` (return a picklable payload that later steps never
-    mutate) and `_restore` (return ``(obs, info)``); optionally `_discard`. The public methods validate their
+    mutate) and `_restore` (return ``(obs, info)``); optionally `_discard` (then declare
+    ``SnapshotCapability(holds_resources=True)`` in ``metadata``). The public methods validate their
     input and the episode state, then delegate. Step limits and histories belong inside the env (not in
     gymnasium wrappers) so that they are part of the snapshot (rule 4).
     """
 
-    metadata: dict[str, Any] = {"render_modes": [], "snapshot": "native", "snapshot_picklable": True}
+    metadata: dict[str, Any] = {"render_modes": [], **SnapshotCapability().metadata()}
 
     def __init__(
         self, *, evaluation: bool = False, max_action_length: int = 1 << 16, max_observation_length: int = 1 << 22
@@ -278,11 +291,11 @@ class ReplaySnapshot(gym.Wrapper[Any, Any, Any, Any]):
     generator so that every episode can be replayed.
     """
 
-    metadata: dict[str, Any] = {"render_modes": [], "snapshot": "replay", "snapshot_picklable": True}
+    metadata: dict[str, Any] = {"render_modes": [], **SnapshotCapability(kind="replay").metadata()}
 
     def __init__(self, env: gym.Env[Any, Any]):
         super().__init__(env)
-        self.metadata = {**getattr(env, "metadata", {}), "snapshot": "replay", "snapshot_picklable": True}
+        self.metadata = {**getattr(env, "metadata", {}), **SnapshotCapability(kind="replay").metadata()}
         self._seed_rng = np.random.default_rng()
         self._state: ReplayState | None = None
         self._last: tuple[Any, dict[str, Any]] | None = None

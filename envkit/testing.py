@@ -16,6 +16,7 @@ import os
 import time
 from typing import Any, SupportsFloat
 
+from envkit.capability import SnapshotCapability
 from envkit.snapshot import SnapshotEnvBase
 
 ACTIONS = ("left", "right", "stay", "teleport")
@@ -24,7 +25,7 @@ ACTIONS = ("left", "right", "stay", "teleport")
 class ToyEnv(SnapshotEnvBase):
     """See the module docstring."""
 
-    metadata = {"render_modes": [], "snapshot": "native", "snapshot_picklable": True}
+    metadata = {"render_modes": [], **SnapshotCapability().metadata()}
 
     def __init__(
         self, max_steps: int = 20, step_delay: float = 0.0, allow_crash: bool = False, evaluation: bool = False

@@ -28,9 +28,10 @@ from abc import abstractmethod
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any, Generic, Protocol, SupportsFloat, TypeVar, cast
 
+from envkit.capability import SnapshotCapability
 from envkit.errors import SnapshotError
 from envkit.snapshot import Snapshot, SnapshotEnvBase
-from envs.math.verdict import Verdict
+from envs.verdict import Verdict
 
 
 class _Closable(Protocol):
@@ -120,7 +121,7 @@ class VerifierEnv(SnapshotEnvBase, Generic[P, R, V]):
         evaluation: Evaluation env (oracles refuse to run).
     """
 
-    metadata = {"render_modes": [], "snapshot": "native", "snapshot_picklable": True}
+    metadata = {"render_modes": [], **SnapshotCapability().metadata()}
 
     def __init__(
         self, *, max_attempts: int, prompt_template: str, placeholder: str, verifier: V | None, evaluation: bool
@@ -132,7 +133,7 @@ class VerifierEnv(SnapshotEnvBase, Generic[P, R, V]):
             raise ValueError(f"prompt_template must contain '{{{placeholder}}}'")
         self.max_attempts = max_attempts
         # Episodes last at most max_attempts steps: the snapshot check snapshots before the last attempt.
-        self.metadata = {**type(self).metadata, "snapshot_check_depth": max_attempts - 1}
+        self.metadata = {**type(self).metadata, **SnapshotCapability(check_depth=max_attempts - 1).metadata()}
         self.prompt_template = prompt_template
         self.problems: tuple[P, ...] = ()
         self._by_id: dict[str, int] = {}

@@ -2,8 +2,8 @@
 
 An oracle is training-only privileged control (SERO, METHODS section 4): it may read the env's hidden state
 (goal, PDDL facts, gold patch) through ``env.unwrapped``, and it acts only through ``env.step`` so that every
-continuation is executable. Domain oracles live in ``oracles/<domain>.py`` and are looked up by env id in
-`ORACLES`.
+continuation is executable. Domain oracles live in ``oracles/<domain>.py``; an env's default oracle is named by
+its registry entry (``envkit.registration.EnvEntry.oracle``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import gymnasium as gym
 
 from envkit.core import Step, env_success, jsonable
 from envkit.errors import EnvkitError, UnknownEnvError
+from envkit.registration import ENVS, env_facts
 
 
 class OracleGaveUp(EnvkitError):
@@ -51,23 +52,15 @@ def dead_end_reason(oracle: Any, env: gym.Env[Any, Any]) -> str | None:
     return None if why is None else str(why)
 
 
-#: Default oracle per env id, as ``"module:Class"`` (imported lazily).
-ORACLES: dict[str, str] = {
-    "envkit/Toy-v0": "oracles.toy:ToyOracle",
-    "envkit/ALFWorld-v0": "oracles.alfworld:ALFWorldOracle",
-    "envkit/WebShop-v0": "oracles.webshop:WebShopOracle",
-    "envkit/WebShopBrowser-v0": "oracles.webshop:WebShopOracle",
-    "envkit/SWE-v0": "oracles.swe:GoldPatchOracle",
-    "envkit/Math-v0": "oracles.reference:MathReferenceOracle",
-    "envkit/Code-v0": "oracles.reference:CodeReferenceOracle",
-}
-
-
 def make_oracle(env_id: str, **kwargs: Any) -> Oracle:
-    """Build the default oracle for `env_id` (keyword arguments go to its constructor)."""
-    if env_id not in ORACLES:
-        raise UnknownEnvError(f"no oracle is registered for {env_id!r}; known: {', '.join(sorted(ORACLES))}")
-    module, _, cls = ORACLES[env_id].partition(":")
+    """Build the default oracle for `env_id` (its ``EnvEntry.oracle``; keyword arguments go to its constructor)."""
+    spec = env_facts(env_id).oracle
+    if spec is None:
+        known = ", ".join(sorted(e.id for e in ENVS.values() if e.oracle))
+        raise UnknownEnvError(
+            f"no oracle is registered for {env_id!r} (its envkit.registration.EnvEntry.oracle); known: {known}"
+        )
+    module, _, cls = spec.partition(":")
     oracle: Oracle = getattr(importlib.import_module(module), cls)(**kwargs)
     return oracle
 

@@ -24,7 +24,20 @@ from rich.markup import escape
 from rich.table import Table
 
 from envkit.errors import EnvkitError
+from envkit.registration import ENVS, EnvEntry
 from oracles.pipeline import DEFAULT_ENV, RunConfig, summarize, summary_path
+
+_D = RunConfig()  # the option defaults below are RunConfig's (declared once there)
+
+
+def _facts(name: str) -> str:
+    """One per-env fact of the registry, for --help (envs that keep the default are summed up as "others")."""
+    default = getattr(EnvEntry("", "", None, ""), name)
+    own = [
+        f"{e.id.split('/')[-1].split('-')[0]} {getattr(e, name)}" for e in ENVS.values() if getattr(e, name) != default
+    ]
+    return ", ".join([*own, f"others {default}"])
+
 
 app = typer.Typer(
     help="SERO oracle rollouts: restore policy states, continue with the oracle, write training data.",
@@ -100,46 +113,45 @@ def rollout(
     env: Annotated[str, typer.Option(help="Registered env id (`envkit-oracle envs` lists them).")] = DEFAULT_ENV,
     policy: Annotated[
         str, typer.Option(help="Rollout policy: random | scripted:FILE | hf:PATH[?mode=choose] | openai:URL#MODEL.")
-    ] = "random",
+    ] = _D.policy,
     tasks: Annotated[
         int, typer.Option(help="Number of tasks (task i resets with a seed derived from --seed, i).")
-    ] = 32,
-    group: Annotated[int, typer.Option(help="Rollouts per task (G).")] = 8,
-    roots: Annotated[int, typer.Option(help="SERO roots per group (0: policy rollouts only).")] = 2,
-    out: Annotated[
-        str, typer.Option(help="Output file, .parquet or .jsonl (summary: <out>.summary.json).")
-    ] = "runs/oracle.parquet",
-    workers: Annotated[int, typer.Option(help="Env pool size (parallel envs).")] = 2,
-    backend: Annotated[str, typer.Option(help="Env pool backend: inprocess | subprocess | ray.")] = "subprocess",
-    seed: Annotated[int, typer.Option(help="Run seed (task seeds, random policy draws).")] = 0,
+    ] = _D.tasks,
+    group: Annotated[int, typer.Option(help="Rollouts per task (G).")] = _D.group,
+    roots: Annotated[int, typer.Option(help="SERO roots per group (0: policy rollouts only).")] = _D.roots,
+    out: Annotated[str, typer.Option(help="Output file, .parquet or .jsonl (summary: <out>.summary.json).")] = _D.out,
+    workers: Annotated[int, typer.Option(help="Env pool size (parallel envs).")] = _D.workers,
+    backend: Annotated[str, typer.Option(help="Env pool backend: inprocess | subprocess | ray.")] = _D.backend,
+    seed: Annotated[int, typer.Option(help="Run seed (task seeds, random policy draws).")] = _D.seed,
     max_steps: Annotated[
         int | None,
-        typer.Option(
-            help="Episode step budget (default: the env's: WebShop 15, ALFWorld 50, SWE 30, Toy 20, others 30)."
-        ),
+        typer.Option(help=f"Episode step budget (default: the env's EnvEntry.horizon: {_facts('horizon')})."),
     ] = None,
     min_budget: Annotated[
         int | None,
         typer.Option(
-            help="A root needs this many steps of budget left (default: WebShop 8, ALFWorld 20, SWE 8, others 2)."
+            help=f"A root needs this many steps of budget left (default: EnvEntry.min_root_budget: "
+            f"{_facts('min_root_budget')})."
         ),
     ] = None,
-    scorer: Annotated[str, typer.Option(help="Policy scorer for reachability weights: uniform | hf:PATH.")] = "uniform",
+    scorer: Annotated[str, typer.Option(help="Policy scorer for reachability weights: uniform | hf:PATH.")] = _D.scorer,
     weighting: Annotated[
         str,
         typer.Option(help="l_j: sequence (length-normalised log-lik) | choice (softmax over the admissible actions)."),
-    ] = "sequence",
-    gamma_g: Annotated[float | None, typer.Option(help="GraphGPO discount (default: 0.20 WebShop, else 0.10).")] = None,
-    p_floor: Annotated[float, typer.Option(help="Reachability weight: per-step likelihood floor.")] = 0.05,
-    tau_w: Annotated[float, typer.Option(help="Reachability weight: temperature.")] = 1.0,
-    w_min: Annotated[float, typer.Option(help="Reachability weight: minimum.")] = 0.05,
+    ] = _D.weighting,
+    gamma_g: Annotated[
+        float | None, typer.Option(help=f"GraphGPO discount (default: EnvEntry.gamma_g: {_facts('gamma_g')}).")
+    ] = None,
+    p_floor: Annotated[float, typer.Option(help="Reachability weight: per-step likelihood floor.")] = _D.p_floor,
+    tau_w: Annotated[float, typer.Option(help="Reachability weight: temperature.")] = _D.tau_w,
+    w_min: Annotated[float, typer.Option(help="Reachability weight: minimum.")] = _D.w_min,
     env_kwarg: Annotated[
         list[str] | None, typer.Option(help="Env constructor argument KEY=VALUE (repeatable).")
     ] = None,
     oracle_kwarg: Annotated[
         list[str] | None, typer.Option(help="Oracle constructor argument KEY=VALUE (repeatable).")
     ] = None,
-    device: Annotated[str, typer.Option(help="Device of model policies/scorers: auto | cpu | cuda.")] = "auto",
+    device: Annotated[str, typer.Option(help="Device of model policies/scorers: auto | cpu | cuda.")] = _D.device,
     chunk_tasks: Annotated[
         int | None,
         typer.Option(
@@ -147,7 +159,7 @@ def rollout(
             "no effect on the records."
         ),
     ] = None,
-    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = True,
+    progress: Annotated[bool, typer.Option(help="Show progress bars.")] = _D.progress,
 ) -> None:
     """Run G policy rollouts per task, select SERO roots, restore them and continue with the oracle.
 
@@ -323,7 +335,6 @@ def envs() -> None:
     table = Table(title="envkit environments")
     for col in ("id", "extra", "installed", "data", "oracle", "description"):
         table.add_column(col)
-    from oracles.base import ORACLES
 
     for e in ENVS.values():
         module = e.entry_point.partition(":")[0]
@@ -335,7 +346,7 @@ def envs() -> None:
         data = (
             "-" if not e.needs_data else f"${e.needs_data}" + (" (set)" if os.environ.get(e.needs_data) else " (unset)")
         )
-        table.add_row(e.id, e.extra or "-", ok, data, ORACLES.get(e.id, "-"), e.description)
+        table.add_row(e.id, e.extra or "-", ok, data, e.oracle or "-", e.description)
     out_console.print(table)
 
 

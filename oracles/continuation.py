@@ -6,8 +6,8 @@
 itself fall back to verified replay: ``env.unwrapped.last_restore_kind`` says which); without a usable snapshot,
 `envkit.snapshot.replay` of the recorded action prefix with every observation hash checked (a mismatch drops the
 root, counted as diverged). A restored root the oracle's optional ``dead_end(env)`` check proves unwinnable is not
-continued (``ContinuationOutcome.dead_end``). `OwnerTrackingPool` remembers which worker made each snapshot so that snapshots that
-hold resources (SWE overlay layers) are discarded in their own worker after use.
+continued (``ContinuationOutcome.dead_end``). With an `envkit.lifetime.OwnerTrackingPool`, roots go to the worker
+that made their snapshot (snapshot lifetimes and discards: `envkit.lifetime`).
 
 Example:
     >>> import gymnasium, envkit
@@ -23,7 +23,6 @@ Example:
 from __future__ import annotations
 
 import time
-from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,8 +31,8 @@ import gymnasium as gym
 
 from envkit.core import Root, Step, Trajectory, jsonable
 from envkit.errors import ReplayDivergenceError, SnapshotError
-from envkit.pool import EnvPool, Request, Result
-from envkit.snapshot import ReplayState, SnapshotEnvBase, observation_hash, replay
+from envkit.pool import EnvPool, Request
+from envkit.snapshot import ReplayState, observation_hash, replay
 from oracles.base import Oracle, dead_end_reason, make_oracle, oracle_run_from_json, run_oracle
 
 
@@ -53,7 +52,7 @@ class ContinuationJob:
     Attributes:
         root: The root (its snapshot, when recorded, is restored natively).
         replay: The verified-replay recipe (used when there is no snapshot or the native restore is refused).
-        env_id: Id of the env (picks the oracle from `oracles.base.ORACLES`).
+        env_id: Id of the env (picks the oracle: its ``EnvEntry.oracle``).
         max_steps: Step budget of the continuation.
         oracle_kwargs: Keyword arguments of the oracle's constructor.
     """
@@ -283,70 +282,3 @@ def run_continuations(
         if on_done is not None:
             on_done(sum(len(p) for p in parts))
     return [o for o in out if o is not None]
-
-
-# ----- releasing snapshots that hold resources --------------------------------------------------------------------
-def needs_discard(env: gym.Env[Any, Any]) -> bool:
-    """Whether the env's snapshots hold resources to release (its class overrides ``_discard``)."""
-    u = env.unwrapped
-    if getattr(u, "snapshots_hold_resources", False):  # e.g. envkit.remote.RemoteEnv: server memory
-        return True
-    return isinstance(u, SnapshotEnvBase) and type(u)._discard is not SnapshotEnvBase._discard
-
-
-def discard_many(env: gym.Env[Any, Any], snapshots: Sequence[Any]) -> int:
-    """Discard snapshots in the env that made them (errors are ignored: a restarted worker no longer has them)."""
-    n = 0
-    for s in snapshots:
-        try:
-            env.discard(s)  # type: ignore[attr-defined]
-            n += 1
-        except Exception:  # best effort: the snapshot may be gone with a crashed worker's env
-            pass
-    return n
-
-
-class OwnerTrackingPool(EnvPool):
-    """Wraps a pool and remembers which worker made each snapshot (``snapshot_step`` / ``snapshot`` answers).
-
-    `owner_of(s)` gives (worker, sequence number) of a tracked snapshot (`run_continuations` sends each root to its
-    owner); `release()` sends every worker its own snapshots to discard (``discard=False``: only forget them).
-    """
-
-    def __init__(self, pool: EnvPool):
-        self.pool = pool
-        self.size = pool.size
-        self.factory = getattr(pool, "factory", None)
-        self.owned: dict[int, list[Any]] = defaultdict(list)
-        self._owner: dict[int, tuple[int, int]] = {}
-        self._seq = 0
-
-    def _track(self, w: int, snap: Any) -> None:
-        if snap is not None:
-            self.owned[w].append(snap)  # keeps the object alive, so its id stays unique
-            self._owner[id(snap)] = (w, self._seq)
-            self._seq += 1
-
-    def owner_of(self, snapshot: Any) -> tuple[int, int] | None:
-        return self._owner.get(id(snapshot)) if snapshot is not None else None
-
-    def call_many(self, requests: Sequence[Request]) -> list[Result]:
-        results = self.pool.call_many(requests)
-        for (w, method, *_), res in zip(requests, results, strict=True):
-            if res.ok and method == "snapshot_step":
-                self._track(w, res.value[0])
-            elif res.ok and method == "snapshot":
-                self._track(w, res.value)
-        return results
-
-    def release(self, discard: bool = True) -> int:
-        """Discard the tracked snapshots in their workers and forget them; returns how many were released."""
-        reqs: list[Request] = [(w, "call", (discard_many, snaps), {}) for w, snaps in self.owned.items() if snaps]
-        self.owned = defaultdict(list)
-        self._owner = {}
-        if not discard or not reqs:
-            return 0
-        return sum(r.value for r in self.pool.call_many(reqs) if r.ok)
-
-    def close(self) -> None:
-        self.pool.close()

@@ -28,44 +28,23 @@ from typing import Any
 
 import numpy as np
 
+from envkit.capability import capability_from_metadata
 from envkit.core import Root, Trajectory
+from envkit.credit.defaults import P_FLOOR, TAU_W, W_MIN
+from envkit.credit.sero import SeroConfig, credit_group, select_roots
 from envkit.io import RecordStore
+from envkit.lifetime import OwnerTrackingPool
 from envkit.policies import Policy, PolicyInput
 from envkit.pool import EnvFactory, make_pool
+from envkit.registration import env_facts
 from envkit.rollout import Task, rollout
-from oracles.continuation import OwnerTrackingPool, needs_discard
+from oracles.continuation import ContinuationOutcome, job_for, run_continuations
+from oracles.reach_weights import Weighted, reach_weights
 from oracles.records import STEP_FIELDS, summarize, summary_path, task_records, task_stats, write_output
-from oracles.sero import (
-    ContinuationOutcome,
-    SeroConfig,
-    Weighted,
-    credit_group,
-    job_for,
-    reach_weights,
-    run_continuations,
-    select_roots,
-)
 
 __all__ = ["DEFAULT_ENV", "STEP_FIELDS", "RunConfig", "run", "summarize", "summary_path", "task_seed"]
 
 DEFAULT_ENV = "envkit/WebShop-v0"
-#: Episode step budgets (verl-agent's settings where it has them).
-HORIZONS: dict[str, int] = {
-    "envkit/WebShop-v0": 15,
-    "envkit/WebShopBrowser-v0": 15,
-    "envkit/ALFWorld-v0": 50,
-    "envkit/Toy-v0": 20,
-    "envkit/SWE-v0": 30,
-}
-#: Budget a root needs (METHODS: >= 2); long-horizon oracles need more to finish (ours, measured on ALFWorld).
-MIN_BUDGETS: dict[str, int] = {
-    "envkit/WebShop-v0": 8,
-    "envkit/WebShopBrowser-v0": 8,
-    "envkit/ALFWorld-v0": 20,
-    "envkit/SWE-v0": 8,
-}
-#: GraphGPO distance discounts (METHODS section 3).
-GAMMA_G: dict[str, float] = {"envkit/WebShop-v0": 0.20, "envkit/WebShopBrowser-v0": 0.20}
 
 
 @dataclass(frozen=True)
@@ -85,11 +64,11 @@ class RunConfig:
         backend: ``inprocess``, ``subprocess``, ``ray`` or ``remote`` (``env_kwargs`` with ``remote=URL``: envs on an
             ``envkit-serve`` server; always the remote pool).
         seed: Run seed (task seeds and the random policy's draws).
-        max_steps: Episode step budget (None: the env's default from `HORIZONS`, else 30).
-        min_budget: A root needs this many steps of budget left (None: `MIN_BUDGETS` for the env, else 2).
+        max_steps: Episode step budget (None: the env's ``EnvEntry.horizon``).
+        min_budget: A root needs this many steps of budget left (None: the env's ``EnvEntry.min_root_budget``).
         scorer: Scorer spec for reachability weights (``uniform`` or ``hf:PATH``).
         weighting: ``sequence`` or ``choice`` (admissible-choice variant).
-        gamma_g: GraphGPO discount (None: `GAMMA_G` for the env, else 0.10).
+        gamma_g: GraphGPO discount (None: the env's ``EnvEntry.gamma_g``).
         p_floor: Reachability weight floor.
         tau_w: Reachability weight temperature.
         w_min: Reachability weight minimum.
@@ -118,9 +97,9 @@ class RunConfig:
     scorer: str = "uniform"
     weighting: str = "sequence"
     gamma_g: float | None = None
-    p_floor: float = 0.05
-    tau_w: float = 1.0
-    w_min: float = 0.05
+    p_floor: float = P_FLOOR
+    tau_w: float = TAU_W
+    w_min: float = W_MIN
     device: str = "auto"
     chunk_tasks: int | None = None
     progress: bool = True
@@ -139,15 +118,15 @@ class RunConfig:
 
     @property
     def horizon(self) -> int:
-        return self.max_steps if self.max_steps is not None else HORIZONS.get(self.env_id, 30)
+        return self.max_steps if self.max_steps is not None else env_facts(self.env_id).horizon
 
     @property
     def root_budget(self) -> int:
-        return self.min_budget if self.min_budget is not None else MIN_BUDGETS.get(self.env_id, 2)
+        return self.min_budget if self.min_budget is not None else env_facts(self.env_id).min_root_budget
 
     @property
     def sero(self) -> SeroConfig:
-        gamma = self.gamma_g if self.gamma_g is not None else GAMMA_G.get(self.env_id, 0.10)
+        gamma = self.gamma_g if self.gamma_g is not None else env_facts(self.env_id).gamma_g
         return SeroConfig(
             roots_per_group=self.roots,
             min_budget=self.root_budget,
@@ -302,9 +281,9 @@ def run(
             pool_cm = make_pool(EnvFactory(cfg.env_id, dict(cfg.env_kwargs)), cfg.workers, cfg.backend)
             with pool_cm as raw_pool:
                 md = raw_pool.call(0, "metadata").value or {}
-                track = bool(raw_pool.call(0, "call", needs_discard).value)
+                cap = capability_from_metadata(md)
                 pool = OwnerTrackingPool(raw_pool)  # roots go to the worker that made them
-                snaps = cfg.backend == "inprocess" or bool(md.get("snapshot_picklable", True))
+                snaps = cfg.backend == "inprocess" or cap.picklable
                 for c in range(0, len(pending), per_chunk):
                     idx = pending[c : c + per_chunk]
                     t0 = time.perf_counter()
@@ -324,7 +303,7 @@ def run(
                     bar.phase("restoring + oracle on the roots")
                     per_task = continue_roots(pool, cfg.env_id, sero, idx, groups)
                     # snapshots that hold resources (SWE layers, ALFWorld registries) are released where they live
-                    counts["snapshots_released"] += pool.release(discard=track)
+                    counts["snapshots_released"] += pool.release(discard=cap.holds_resources)
                     t2 = time.perf_counter()
                     outs = [o for part in per_task for o in part]
                     bare = [[t.without_snapshots() for t in g] for g in groups]

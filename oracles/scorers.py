@@ -3,11 +3,11 @@
 A scorer returns, for each (turn, action) pair, the policy's *length-normalised* log-likelihood of the action
 text given the turn's prompt (mean log-probability per action token, no gradient): ``l_j`` of METHODS section 4.
 For the admissible-choice variant it also returns *sequence* log-probabilities (sums over tokens) of every
-candidate action, which `trainers.reachability.choice_logprob` turns into a softmax choice probability.
+candidate action, which `envkit.credit.reachability.choice_logprob` turns into a softmax choice probability.
 
 Implementations:
     `TransformersScorer`: a local causal LM (a Hugging Face folder, a ``.gguf`` file, ``smollm2``, ``tiny:bytes``;
-        loaded by `trainers.models.load_model`), prompts from `oracles.prompts`.
+        loaded by `oracles.models.load_model`), prompts from `oracles.prompts`.
     `UniformScorer`: a policy uniform over the admissible actions (for tests and as a model-free default).
 
 Example:
@@ -75,7 +75,7 @@ class TransformersScorer:
     """Scores actions with a local causal LM (teacher forcing, one forward pass per mini-batch).
 
     Args:
-        model: A model path (anything `trainers.models.ModelConfig.path` accepts) or a loaded causal LM.
+        model: A model path (anything `oracles.models.ModelConfig.path` accepts) or a loaded causal LM.
         tokenizer: The tokenizer, when `model` is a loaded model.
         device: ``cpu``, ``cuda`` or ``auto``.
         batch_size: Pairs per forward pass.
@@ -101,7 +101,7 @@ class TransformersScorer:
         self.prefix_cache = prefix_cache
         self.torch = require("torch", "train", what="the transformers scorer")
         if isinstance(model, str):
-            from trainers.models import ModelConfig, load_model
+            from oracles.models import ModelConfig, load_model
 
             model, tokenizer = load_model(ModelConfig(path=model, device=device))
         elif tokenizer is None:

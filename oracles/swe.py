@@ -25,12 +25,17 @@ import os
 import shlex
 import stat
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
 from oracles.base import OracleGaveUp
+
+if TYPE_CHECKING:
+    from envs.swe.sandbox import Backend
+    from envs.swe.tasks import Task
 
 _IGNORE_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
 _BATCH_CHARS = 40_000  # base64 characters per bash action (actions are capped at 65,536 characters)
@@ -265,3 +270,50 @@ def _is_text(path: str) -> bool:
         return True
     except (UnicodeDecodeError, OSError):
         return False
+
+
+# ----- task validation (the generator's check that every task is solvable and not solved) ---------------------
+@dataclass(frozen=True)
+class Validation:
+    """The outcome of `validate` for one task.
+
+    Attributes:
+        instance_id: The task.
+        buggy_reward: Reward of submitting the start tree (must be 0).
+        gold_reward: Reward after the gold-patch oracle's tool calls and submit (must be 1).
+        oracle_steps: Tool calls the oracle needed.
+    """
+
+    instance_id: str
+    buggy_reward: float
+    gold_reward: float
+    oracle_steps: int
+
+    @property
+    def ok(self) -> bool:
+        return self.buggy_reward == 0.0 and self.gold_reward == 1.0
+
+
+def validate(tasks: list[Task], *, backend: Backend | str = "local", progress: bool = False) -> list[Validation]:
+    """Check each task through the env: buggy tree scores 0, the oracle's gold state scores 1."""
+    from envs.swe.env import SWEEnv
+    from oracles.base import run_oracle
+
+    env = SWEEnv(tasks=tasks, backend=backend, max_steps=20)
+    out: list[Validation] = []
+    try:
+        it: list[Task] = tasks
+        if progress:
+            from tqdm import tqdm
+
+            it = tqdm(tasks, desc="validate")  # type: ignore[assignment]
+        for task in it:
+            env.reset(seed=0, options={"task_id": task.instance_id})
+            _, buggy, _, _, _ = env.step('{"tool": "submit"}')
+            obs, info = env.reset(seed=0, options={"task_id": task.instance_id})
+            run = run_oracle(env, GoldPatchOracle(), obs, info, max_steps=20)
+            gold = run.steps[-1].reward if run.steps else 0.0
+            out.append(Validation(task.instance_id, float(buggy), float(gold), len(run.steps)))
+    finally:
+        env.close()
+    return out

@@ -34,10 +34,10 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
+from oracles.models import ModelConfig, load_model
 from trainers.explorers.eden import EdenConfig
 from trainers.explorers.xrpo import XrpoConfig
 from trainers.local import LocalTrainer, TrainConfig
-from trainers.models import ModelConfig, load_model
 from trainers.tasks import make_task
 from trainers.warmup import sft_warmup
 

@@ -40,8 +40,8 @@ from envs.code.data import CodeProblem, humaneval_problems
 from envs.code.sandbox import SandboxConfig
 from envs.code.verifier import CodeVerifier, CodeVerifierConfig
 from envs.math.data import reasoning_gym_problems
-from envs.math.verdict import Verdict
 from envs.math.verifier import MathVerifier, MathVerifierConfig
+from envs.verdict import Verdict
 
 
 def _baseline_program(code: str, p: CodeProblem, raw_test: str) -> str:

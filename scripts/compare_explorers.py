@@ -27,12 +27,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from oracles.models import ModelConfig, load_model
 from trainers.explorers.eden import EdenConfig
 from trainers.explorers.xrpo import XrpoConfig
 from trainers.generation import sample
 from trainers.local import LocalTrainer, TrainConfig
 from trainers.metrics import read_metrics
-from trainers.models import ModelConfig, load_model
 from trainers.prompts import decode, encode_prompt
 from trainers.tasks import ArithmeticTask
 from trainers.warmup import sft_warmup

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from oracles.models import ModelConfig
 from trainers.local import LocalTrainer, TrainConfig
-from trainers.models import ModelConfig
 from trainers.multi_turn import AgentConfig
 
 CURVES = ("success_rate", "zero_adv_fraction", "invalid_share", "sero_rows")

@@ -21,8 +21,9 @@ from typing import Annotated
 
 import typer
 
-from envs.swe.generator import Generator, validate
+from envs.swe.generator import Generator
 from envs.swe.tasks import DEFAULT_TASKS, TASKS_DIR, save_tasks
+from oracles.swe import validate
 
 SDIST = "more_itertools-11.2.1.tar.gz"
 

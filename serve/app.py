@@ -11,6 +11,7 @@ describes the wire protocol.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import hmac
 import json
@@ -25,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from starlette.routing import WebSocketRoute
 
 from envkit import errors as E
+from envkit.capability import snapshot_capability
 from envkit.core import jsonable
 from serve.models import EnvkitAction, EnvkitEnvironment, EnvkitObservation
 from serve.sessions import ServerCapacityError, Session, SessionLostError, SessionTable
@@ -107,6 +109,8 @@ class Server:
         try:
             u = probe.env.unwrapped
             self.metadata = jsonable(dict(getattr(probe.env, "metadata", None) or u.metadata))
+            # the capability travels as its fields; the client rebuilds it (envkit.remote.client)
+            self.metadata["snapshot_capability"] = dataclasses.asdict(snapshot_capability(probe.env))
             self.spaces = {
                 "max_action_length": int(getattr(u.action_space, "max_length", 1 << 16)),
                 "max_observation_length": int(getattr(u.observation_space, "max_length", 1 << 22)),

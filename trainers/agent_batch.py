@@ -13,13 +13,14 @@ from typing import Any
 
 import numpy as np
 
-from trainers.advantages import (
+from envkit.credit.advantages import (
     StepTable,
     gigpo_advantages,
     graphgpo_advantages,
     group_advantages,
     zero_advantage_fraction,
 )
+from trainers.explorer_drivers import AgentExplorer, RunShape
 from trainers.multi_turn import AgentConfig, Episode, play
 from trainers.update import TrainBatch
 
@@ -43,21 +44,30 @@ def step_table(episodes: list[Episode], cfg: AgentConfig) -> StepTable:
 
 
 def collect_agent_batch(
-    model: Any, tokenizer: Any, env_id: str, tcfg: Any, *, seed: int, explorer: Any = None, step: int = 0
+    model: Any,
+    tokenizer: Any,
+    env_id: str,
+    shape: RunShape,
+    *,
+    seed: int,
+    explorer: AgentExplorer | None = None,
+    step: int = 0,
 ) -> tuple[TrainBatch, dict[str, Any]]:
     """Play one step's episodes and turn them into a `TrainBatch` plus the step's metrics.
 
     `explorer` (XRPO on agent envs, `trainers.agent_xrpo.AgentXrpoDriver`) plays the episodes instead of `play`
     (``collect``) and post-processes their turn advantages (``postprocess``).
     """
-    cfg: AgentConfig = tcfg.agent
-    rng = np.random.default_rng([tcfg.seed, seed])
-    seeds = rng.integers(0, 2**31 - 1, size=tcfg.prompts_per_step).tolist()
-    kw = dict(max_new_tokens=tcfg.max_new_tokens, temperature=tcfg.temperature, seed=seed, record=cfg.sero)
+    cfg: AgentConfig = shape.agent
+    rng = np.random.default_rng([shape.seed, seed])
+    seeds = rng.integers(0, 2**31 - 1, size=shape.prompts_per_step).tolist()
+    kw: dict[str, Any] = dict(
+        max_new_tokens=shape.max_new_tokens, temperature=shape.temperature, seed=seed, record=cfg.sero
+    )
     if explorer is not None:
         episodes = explorer.collect(model, tokenizer, env_id, seeds, step=step, **kw)
     else:
-        episodes = play(model, tokenizer, env_id, seeds, tcfg.group_size, cfg, **kw)  # type: ignore[arg-type]
+        episodes = play(model, tokenizer, env_id, seeds, shape.group_size, cfg, **kw)  # type: ignore[arg-type]
     sero = None
     if cfg.sero:
         from trainers.local_sero import sero_credit

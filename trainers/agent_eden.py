@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from trainers.advantages import ESTIMATORS  # the episode-level estimators
+from envkit.credit.advantages import ESTIMATORS  # the episode-level estimators
+from trainers.explorer_drivers import RunShape
 from trainers.explorers.eden import (
     EdenConfig,
     absorb,
@@ -41,10 +42,10 @@ from trainers.multi_turn import AgentConfig, Episode, EpisodeSpec, play_specs
 class AgentEdenDriver(AnchorSelection):
     """Per-run EDEN state on an agent env (the anchor bank) and its per-step hooks (see the module docstring)."""
 
-    def __init__(self, cfg: EdenConfig, model: Any, tok: Any, tcfg: Any, state: dict[str, Any] | None = None):
-        self.agent: AgentConfig = tcfg.agent
-        self.env_id: str = tcfg.task
-        self._init_eden(cfg, model, tok, tcfg, state)
+    def __init__(self, cfg: EdenConfig, model: Any, tok: Any, shape: RunShape, state: dict[str, Any] | None = None):
+        self.agent: AgentConfig = shape.agent
+        self.env_id: str = shape.task
+        self._init_eden(cfg, model, tok, shape, state)
 
     # ----- anchor selection on first turns (AnchorSelection.select_bank calls these two) -----
     def _selection_items(self, rng: np.random.Generator) -> list[Any]:
@@ -57,12 +58,12 @@ class AgentEdenDriver(AnchorSelection):
             for g, s in enumerate(items)
             for k in range(n)
         ]
-        chunk = max(1, self.tcfg.prompts_per_step * self.tcfg.group_size)  # the env instances a step uses anyway
+        chunk = max(1, self.shape.prompts_per_step * self.shape.group_size)  # the env instances a step uses anyway
         out: list[tuple[float, bool]] = []
         for i in range(0, len(specs), chunk):
             eps = play_specs(
                 self.model, self.tok, self.env_id, specs[i : i + chunk], one_turn,
-                max_new_tokens=self.tcfg.max_new_tokens, temperature=self.cfg.tau_r, seed=seed * 1009 + i,
+                max_new_tokens=self.shape.max_new_tokens, temperature=self.cfg.tau_r, seed=seed * 1009 + i,
             )  # fmt: skip
             out += [(float(e.success), bool(e.actions) and not e.invalid[0]) for e in eps]
         return out
@@ -75,7 +76,7 @@ class AgentEdenDriver(AnchorSelection):
         """Play the step's episodes, the last `n_noisy` of each task with a noisy first turn."""
         cfg = self.cfg
         n_p = len(seeds)
-        draw = draw_noisy_rows(self.bank, n_p, cfg, np.random.default_rng([self.tcfg.seed, step, 17]))
+        draw = draw_noisy_rows(self.bank, n_p, cfg, np.random.default_rng([self.shape.seed, step, 17]))
         temps = row_temperatures(n_p, cfg, step) * (temperature / cfg.tau_r)
         specs = []
         for g, s in enumerate(seeds):

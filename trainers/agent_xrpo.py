@@ -24,7 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from trainers.advantages import ESTIMATORS  # the episode-level estimators
+from envkit.credit.advantages import ESTIMATORS  # the episode-level estimators
+from trainers.explorer_drivers import RunShape
 from trainers.explorers.xrpo import XrpoConfig, XrpoPlanner, sharpen
 from trainers.local_explorers import xrpo_run_state
 from trainers.multi_turn import AgentConfig, Episode, EpisodeSpec, play_specs
@@ -34,9 +35,9 @@ from trainers.prompts import encode_prompt
 class AgentXrpoDriver:
     """Per-run XRPO state on an agent env (the ICL corpus) and its per-step hooks (see the module docstring)."""
 
-    def __init__(self, cfg: XrpoConfig, tcfg: Any, state: dict[str, Any] | None = None) -> None:
-        self.cfg, self.corpus = xrpo_run_state(cfg, tcfg, state)
-        self.agent: AgentConfig = tcfg.agent
+    def __init__(self, cfg: XrpoConfig, shape: RunShape, state: dict[str, Any] | None = None) -> None:
+        self.cfg, self.corpus = xrpo_run_state(cfg, shape, state)
+        self.agent: AgentConfig = shape.agent
         self._stats: dict[str, Any] = {}
 
     def collect(

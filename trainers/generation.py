@@ -9,7 +9,7 @@
 
 Example:
     >>> import torch
-    >>> from trainers.models import ModelConfig, load_model
+    >>> from oracles.models import ModelConfig, load_model
     >>> model, tok = load_model(ModelConfig(path="tiny:arith", hidden_size=32, layers=1, device="cpu"))
     >>> out = sample(model, tok, [tok("1+2=")["input_ids"]], [1.0], max_new_tokens=3, seed=0)
     >>> len(out.tokens[0]) <= 3

@@ -27,30 +27,27 @@ import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import numpy as np
 import torch
 from tqdm import tqdm
 
-from trainers.advantages import group_advantages, zero_advantage_fraction
+from envkit.credit.advantages import group_advantages, zero_advantage_fraction
+from envkit.registration import env_facts
+from oracles.models import ModelConfig, load_model
 from trainers.agent_batch import collect_agent_batch
-from trainers.agent_eden import AgentEdenDriver
-from trainers.agent_xrpo import AgentXrpoDriver
 from trainers.checkpoint import latest_checkpoint, load_state, load_weights, save_checkpoint
+from trainers.explorer_drivers import AgentExplorer, RunShape, SingleTurnExplorer, make_explorer
 from trainers.explorers.eden import EdenConfig
 from trainers.explorers.xrpo import XrpoConfig
-from trainers.local_explorers import EdenDriver, XrpoDriver
 from trainers.metrics import MetricsLogger, plot_metrics
-from trainers.models import ModelConfig, load_model
 from trainers.multi_turn import AgentConfig
 from trainers.prompts import encode_prompt
 from trainers.single_turn import Rollout, collect_plain
 from trainers.tasks import make_task
 from trainers.update import LossConfig, TrainBatch, update
 from trainers.warmup import sft_warmup
-
-SINGLE_TURN_ENVS = ("envkit/Math-v0", "envkit/Code-v0")
 
 
 @dataclass(frozen=True)
@@ -62,7 +59,7 @@ class TrainConfig:
             (``envkit/Math-v0``, ``envkit/Code-v0``: the env's verifier) or a multi-turn envkit id
             (``envkit/Toy-v0``, ``envkit/WebShop-v0``, ``envkit/ALFWorld-v0``).
         env_kwargs: JSON object of keyword arguments for the env (e.g. ``{"rg_tasks": ["products"]}``).
-        model: Which model (see `trainers.models`).
+        model: Which model (see `oracles.models`).
         run_dir: Output folder (metrics.jsonl, tb/, checkpoints/, curves.png).
         steps: RL steps (the run's last step number; a resumed run continues up to it).
         seed: Seed of prompt sampling, rollouts and EDEN noise.
@@ -142,8 +139,16 @@ class TrainConfig:
             )
 
     @property
+    def shape(self) -> RunShape:
+        """The run shape explorers and batch collectors read."""
+        return RunShape(
+            self.task, self.seed, self.prompts_per_step, self.group_size, self.max_new_tokens, self.temperature,
+            self.estimator, self.agent,
+        )  # fmt: skip
+
+    @property
     def multi_turn(self) -> bool:
-        return self.task.startswith("envkit/") and self.task not in SINGLE_TURN_ENVS
+        return self.task.startswith("envkit/") and not env_facts(self.task).single_turn
 
 
 class LocalTrainer:
@@ -175,16 +180,11 @@ class LocalTrainer:
             self.tok.save_pretrained(self.run_dir / "warmup")
         self.ref_model = self._reference_model(resumed=ckpt is not None) if cfg.loss.kl_coef > 0 else None
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-        self.explorer: Any = None
         t_explorer = time.perf_counter()
-        if cfg.explorer == "eden" and cfg.multi_turn:
-            self.explorer = AgentEdenDriver(cfg.eden, self.model, self.tok, cfg, state.get("explorer"))
-        elif cfg.explorer == "eden":
-            self.explorer = EdenDriver(cfg.eden, self.model, self.tok, self.task, cfg, state.get("explorer"))
-        elif cfg.explorer == "xrpo" and cfg.multi_turn:
-            self.explorer = AgentXrpoDriver(cfg.xrpo, cfg, state.get("explorer"))
-        elif cfg.explorer == "xrpo":
-            self.explorer = XrpoDriver(cfg.xrpo, self.model, self.tok, self.task, cfg, state.get("explorer"))
+        #: `SingleTurnExplorer` or `AgentExplorer` (`trainers.explorer_drivers.EXPLORERS`), None for plain groups
+        self.explorer: SingleTurnExplorer | AgentExplorer | None = make_explorer(
+            cfg, self.model, self.tok, self.task, state.get("explorer")
+        )
         self.explorer_setup_s = time.perf_counter() - t_explorer  # EDEN: anchor-bank selection
         if "optimizer" in state:
             self.optimizer.load_state_dict(state["optimizer"])
@@ -215,8 +215,9 @@ class LocalTrainer:
         t0 = time.perf_counter()
         self.model.eval()
         if cfg.multi_turn:
+            explorer = cast(AgentExplorer | None, self.explorer)
             batch, metrics = collect_agent_batch(
-                self.model, self.tok, cfg.task, cfg, seed=seed, explorer=self.explorer, step=step
+                self.model, self.tok, cfg.task, cfg.shape, seed=seed, explorer=explorer, step=step
             )
         else:
             batch, metrics = self._single_turn_batch(step, seed)
@@ -236,7 +237,7 @@ class LocalTrainer:
         rng = np.random.default_rng([cfg.seed, step])
         problems = self.task.sample(rng, cfg.prompts_per_step)
         prompts = [encode_prompt(self.tok, p.prompt, raw=self.task.raw_prompts) for p in problems]
-        kw = dict(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=seed)
+        kw: dict[str, Any] = dict(temperature=cfg.temperature, max_new_tokens=cfg.max_new_tokens, seed=seed)
         if self.explorer is None:
             rollouts: list[Rollout] = collect_plain(
                 self.model,
@@ -248,7 +249,7 @@ class LocalTrainer:
                 **kw,  # type: ignore[arg-type]
             )
         else:
-            rollouts = self.explorer.collect(step, problems, prompts, **kw)
+            rollouts = cast(SingleTurnExplorer, self.explorer).collect(step, problems, prompts, **kw)
         rewards = np.array([r.reward for r in rollouts], dtype=np.float64)
         groups = np.array([r.group for r in rollouts])
         adv = group_advantages(rewards, groups, cfg.estimator)
@@ -256,7 +257,7 @@ class LocalTrainer:
             r.advantage = a
         metrics: dict[str, Any] = {"zero_adv_fraction": zero_advantage_fraction(adv, groups)}
         if self.explorer is not None:
-            metrics.update(self.explorer.postprocess(step, problems, rollouts))
+            metrics.update(cast(SingleTurnExplorer, self.explorer).postprocess(step, problems, rollouts))
         kept = [r for r in rollouts if r.weight > 0]
         batch = TrainBatch(
             prompts=[r.prompt_ids for r in kept],

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from trainers.explorer_drivers import RunShape
 from trainers.explorers.anchors import AnchorBank, anchor_score, candidate_tokens, decoded_vocab
 from trainers.explorers.eden import (
     EdenConfig,
@@ -40,31 +41,31 @@ from trainers.explorers.eden import (
 from trainers.explorers.xrpo import IclCorpus, XrpoConfig, XrpoPlanner, sharpen
 from trainers.prompts import encode_prompt
 from trainers.single_turn import Rollout, generate_rows
-from trainers.tasks import Problem, Task
+from trainers.tasks import Problem, ProblemSource
 
 
 class AnchorSelection:
     """EDEN's anchor-bank selection (METHODS section 5, ours): score candidate tokens by noisy rollouts.
 
-    Subclasses set ``model``, ``tok``, ``cfg`` (EdenConfig), ``tcfg`` and ``relaxed``, and say what a training
+    Subclasses set ``model``, ``tok``, ``cfg`` (EdenConfig), ``shape`` and ``relaxed``, and say what a training
     prompt is (`_selection_items`) and how its rollouts score (`_rollouts`).
     """
 
     model: Any
     tok: Any
     cfg: EdenConfig
-    tcfg: Any
+    shape: RunShape
     relaxed: bool
     bank: AnchorBank
 
-    def _init_eden(self, cfg: EdenConfig, model: Any, tok: Any, tcfg: Any, state: dict[str, Any] | None) -> None:
+    def _init_eden(self, cfg: EdenConfig, model: Any, tok: Any, shape: RunShape, state: dict[str, Any] | None) -> None:
         """Check the noisy share against the trainer's group, then load the bank from `state` or select it."""
-        if cfg.n_noisy >= tcfg.group_size:
+        if cfg.n_noisy >= shape.group_size:
             raise ValueError(
-                f"EdenConfig.n_noisy ({cfg.n_noisy}) must be < the trainer's group_size ({tcfg.group_size})"
+                f"EdenConfig.n_noisy ({cfg.n_noisy}) must be < the trainer's group_size ({shape.group_size})"
             )
-        self.cfg = dataclasses.replace(cfg, group_size=tcfg.group_size)
-        self.model, self.tok, self.tcfg = model, tok, tcfg
+        self.cfg = dataclasses.replace(cfg, group_size=shape.group_size)
+        self.model, self.tok, self.shape = model, tok, shape
         self.relaxed = False
         self.bank = AnchorBank(state["token_ids"], state["vectors"]) if state is not None else self.select_bank()
 
@@ -85,7 +86,7 @@ class AnchorSelection:
         emb = self._embeddings()
         vocab = decoded_vocab(self.tok)
         special = set(self.tok.all_special_ids)
-        rng = np.random.default_rng([self.tcfg.seed, 99])
+        rng = np.random.default_rng([self.shape.seed, 99])
         items = self._selection_items(rng)
         n = max(1, self.cfg.n_noisy)
         clean = self._rollouts(items, n, None, seed=1)
@@ -128,9 +129,11 @@ class AnchorSelection:
 class EdenDriver(AnchorSelection):
     """EDEN rollouts for the local trainer (see the module docstring)."""
 
-    def __init__(self, cfg: EdenConfig, model: Any, tok: Any, task: Task, tcfg: Any, state: dict[str, Any] | None):
+    def __init__(
+        self, cfg: EdenConfig, model: Any, tok: Any, task: ProblemSource, shape: RunShape, state: dict[str, Any] | None
+    ):
         self.task = task
-        self._init_eden(cfg, model, tok, tcfg, state)
+        self._init_eden(cfg, model, tok, shape, state)
 
     def _selection_items(self, rng: np.random.Generator) -> list[Any]:
         """The training prompts that score anchor candidates: (problem, prompt ids) pairs."""
@@ -143,7 +146,7 @@ class EdenDriver(AnchorSelection):
         batch = [(g, ids) for g, (_, ids) in enumerate(items) for _ in range(n)]
         extra = None if rows is None else [torch.from_numpy(np.asarray(r, dtype=np.float32)) for r in rows]
         out = generate_rows(
-            self.model, self.tok, batch, [self.cfg.tau_r] * len(batch), max_new_tokens=self.tcfg.max_new_tokens,
+            self.model, self.tok, batch, [self.cfg.tau_r] * len(batch), max_new_tokens=self.shape.max_new_tokens,
             seed=seed, extra_rows=extra,
         )  # fmt: skip
         return self.task.check([problems[r.group] for r in out], [r.text for r in out])
@@ -154,7 +157,7 @@ class EdenDriver(AnchorSelection):
     ) -> list[Rollout]:  # fmt: skip
         cfg = self.cfg
         n_p = len(prompts)
-        draw = draw_noisy_rows(self.bank, n_p, cfg, np.random.default_rng([self.tcfg.seed, step, 17]))
+        draw = draw_noisy_rows(self.bank, n_p, cfg, np.random.default_rng([self.shape.seed, step, 17]))
         temps = row_temperatures(n_p, cfg, step) * (temperature / cfg.tau_r)
         mask = noisy_mask(n_p, cfg.group_size, cfg.n_noisy)
         rows, extra = [], []
@@ -174,7 +177,7 @@ class EdenDriver(AnchorSelection):
     def postprocess(self, step: int, problems: Sequence[Problem], rollouts: list[Rollout]) -> dict[str, Any]:
         res = eden_advantages(
             [r.reward for r in rollouts], [r.group for r in rollouts], [r.noisy for r in rollouts], self.cfg,
-            estimator=self.tcfg.estimator,
+            estimator=self.shape.estimator,
         )  # fmt: skip
         for r, a, keep in zip(rollouts, res.advantages.tolist(), res.loss_mask.tolist(), strict=True):
             r.advantage, r.weight = a, 1.0 if keep else 0.0
@@ -183,24 +186,26 @@ class EdenDriver(AnchorSelection):
         return stats
 
 
-def xrpo_run_state(cfg: XrpoConfig, tcfg: Any, state: dict[str, Any] | None) -> tuple[XrpoConfig, IclCorpus]:
+def xrpo_run_state(cfg: XrpoConfig, shape: RunShape, state: dict[str, Any] | None) -> tuple[XrpoConfig, IclCorpus]:
     """XRPO's config with the trainer's group size (the per-prompt budget) and its ICL corpus (from `state`)."""
-    if cfg.n0 > tcfg.group_size:
-        raise ValueError(f"XrpoConfig.n0 ({cfg.n0}) must be <= the trainer's group_size ({tcfg.group_size})")
+    if cfg.n0 > shape.group_size:
+        raise ValueError(f"XrpoConfig.n0 ({cfg.n0}) must be <= the trainer's group_size ({shape.group_size})")
     corpus = (
         IclCorpus.from_state_dict(state)
         if state is not None
         else IclCorpus(k=cfg.icl_k, backend=cfg.icl_backend, model_path=cfg.icl_model_path)
     )
-    return dataclasses.replace(cfg, group_size=tcfg.group_size), corpus
+    return dataclasses.replace(cfg, group_size=shape.group_size), corpus
 
 
 class XrpoDriver:
     """XRPO rollouts for the local trainer (see the module docstring)."""
 
-    def __init__(self, cfg: XrpoConfig, model: Any, tok: Any, task: Task, tcfg: Any, state: dict[str, Any] | None):
-        self.cfg, self.corpus = xrpo_run_state(cfg, tcfg, state)
-        self.model, self.tok, self.task, self.tcfg = model, tok, task, tcfg
+    def __init__(
+        self, cfg: XrpoConfig, model: Any, tok: Any, task: ProblemSource, shape: RunShape, state: dict[str, Any] | None
+    ):
+        self.cfg, self.corpus = xrpo_run_state(cfg, shape, state)
+        self.model, self.tok, self.task, self.shape = model, tok, task, shape
 
     def _icl_prompt(self, problem: Problem) -> list[int] | None:
         examples = self.corpus.retrieve(problem.prompt, exclude=problem.task_id)

@@ -4,17 +4,19 @@ weights (METHODS section 4; the OpenRLHF backend's counterpart is `trainers.open
 After `trainers.multi_turn.play` (with ``record=True``: every step keeps a snapshot of the state before it),
 `sero_credit` does, per task group:
 
-1. `oracles.sero.select_roots`: states on failed episodes with no known path to success, deepest first, at most
+1. `envkit.credit.sero.select_roots`: states on failed episodes with no known path to success, deepest first, at most
    ``sero_opts.roots_per_group``;
-2. `oracles.sero.continue_from_root` in the episode's own env: native restore of the snapshot (else verified
+2. `envkit.credit.sero.continue_from_root` in the episode's own env: native restore of the snapshot (else verified
    replay from the seed), then the env's oracle acts in the live env; only continuations the env confirms as
    success are used;
-3. `oracles.sero.credit_group`: GraphGPO credit of the group with the oracle transitions added, so the policy's
+3. `envkit.credit.sero.credit_group`: GraphGPO credit of the group with the oracle transitions added, so the policy's
    own steps before a root get finite distances (the group is no longer all-zero);
 4. one oracle row per success, token-in/token-out: the episode's own ids up to the root (loss flag 0, never
    re-tokenised), then each oracle action (its text's ids + EOS, flag 1) and the env's next observation (flag 0).
    Oracle action k's advantage is multiplied by its reachability weight ``w_k`` from the policy's
-   length-normalised log-likelihood of the earlier oracle actions (one no-grad forward over all oracle rows).
+   length-normalised log-likelihood of the earlier oracle actions (one no-grad forward over all oracle rows);
+5. once the group is credited, every snapshot its episodes took is discarded in the episode's env
+   (`envkit.lifetime.discard_many`): SWE overlay layers do not pile up over a run.
 
 Oracle rows are added to the batch (the failed episode keeps its own row) and capped at
 ``sero_opts.max_oracle_share`` of it.
@@ -28,10 +30,12 @@ from typing import Any
 import numpy as np
 import torch
 
-from oracles.sero import ContinuationOutcome, SeroConfig, continue_from_root, credit_group, job_for, select_roots
+from envkit.credit.reachability import reachability_weights
+from envkit.credit.sero import credit_group, select_roots
+from envkit.lifetime import discard_many
+from oracles.continuation import ContinuationOutcome, continue_from_root, job_for
 from trainers.multi_turn import AgentConfig, Episode, continuation_ids
 from trainers.prompts import encode_text
-from trainers.reachability import reachability_weights
 from trainers.shared_prefix import response_logits
 
 
@@ -67,12 +71,11 @@ class SeroResult:
 def sero_credit(model: Any, tokenizer: Any, env_id: str, episodes: list[Episode], cfg: AgentConfig) -> SeroResult:
     """Roots, continuations, credit and oracle rows of one step's episodes (see the module docstring)."""
     opts = cfg.sero_opts
-    scfg = SeroConfig(
-        roots_per_group=opts.roots_per_group, horizon=cfg.max_turns, p_floor=opts.p_floor, tau_w=opts.tau_w,
-        w_min=opts.w_min, gamma_g=cfg.gamma_g, terminal_reward=cfg.success_reward,
-    )  # fmt: skip
+    scfg = opts.sero_config(cfg.max_turns, gamma_g=cfg.gamma_g, terminal_reward=cfg.success_reward)
     budget = opts.max_oracle_rows(len(episodes))
-    counts = {"tried": 0, "restored": 0, "native": 0, "diverged": 0, "succeeded": 0, "capped": 0, "too_long": 0}
+    counts = dict.fromkeys(
+        ("tried", "restored", "native", "diverged", "succeeded", "capped", "too_long", "discarded"), 0
+    )
     turn_adv: dict[tuple[int, int], np.ndarray] = {}
     rows: list[OracleRow] = []
     for g in sorted({e.group for e in episodes}):
@@ -94,6 +97,7 @@ def sero_credit(model: Any, tokenizer: Any, env_id: str, episodes: list[Episode]
                 outcomes.append(out)
         counts["succeeded"] += len(outcomes)
         policy, oracle = credit_group(trajs, outcomes, scfg)
+        counts["discarded"] += sum(discard_many(e.env, e.snapshots()) for e in eps)
         for i, e in enumerate(eps):
             turn_adv[(e.group, e.index)] = np.array([policy[(i, t)].advantage for t in range(len(e.actions))])
         for k, out in enumerate(outcomes):

@@ -2,7 +2,7 @@
 
 API summary (B = sequences, T = response tokens, V = vocabulary; masks are (B, T) bool or 0/1):
     policy_loss(logp, old_logp, advantages, mask, *, eps_low=0.2, eps_high=0.2, agg="token_mean",
-                token_weights=None, norm_len=None) -> (loss scalar, stats dict[str, float])
+                token_weights=None, norm_len=None, dual_clip=None) -> (loss scalar, stats dict[str, float])
     kl_per_token(logp, ref_logp, estimator="k1"|"k2"|"k3") -> (B, T)
     kl_penalty(logp, ref_logp, mask, estimator="k3", agg="token_mean") -> scalar
     token_entropy(logits (B, T, V)) -> (B, T);  entropy_from_logits(logits, mask, agg="token_mean") -> scalar
@@ -13,6 +13,11 @@ Aggregation modes: "token_mean" (sum over all masked tokens / their count: GRPO/
 sequences of each sequence's token mean), "token_sum_norm" (sum / (B * norm_len), Dr. GRPO; norm_len defaults
 to T). Per-token weights (SERO's reachability weights, EDEN's gamma) multiply the per-token loss and do not
 change the denominator. Sequences whose mask is empty contribute nothing.
+
+Numerical guards (as verl and OpenRLHF): the importance log-ratio is clamped to [-LOG_RATIO_CLAMP,
+LOG_RATIO_CLAMP] = [-20, 20] before ``exp`` (a log-ratio above ~88 would make a float32 loss inf); every KL
+estimate (k1, k2, k3) is clamped to [-KL_CLAMP, KL_CLAMP] = [-10, 10]; the optional dual clip (``dual_clip=c``,
+c > 1, verl/OpenRLHF use 3; off by default) bounds a negative-advantage token's loss by ``-c * A``.
 """
 
 from __future__ import annotations
@@ -23,6 +28,8 @@ import torch
 
 __all__ = [
     "AGGREGATIONS",
+    "KL_CLAMP",
+    "LOG_RATIO_CLAMP",
     "aggregate",
     "combine_loss",
     "entropy_from_logits",
@@ -34,6 +41,8 @@ __all__ = [
 
 Agg = Literal["token_mean", "seq_mean", "token_sum_norm"]
 AGGREGATIONS: tuple[str, ...] = ("token_mean", "seq_mean", "token_sum_norm")
+LOG_RATIO_CLAMP = 20.0  # |logp - old_logp| (and k3's |ref_logp - logp|) before exp
+KL_CLAMP = 10.0  # |per-token KL estimate|
 
 
 def aggregate(
@@ -76,8 +85,12 @@ def policy_loss(
     agg: Agg = "token_mean",
     token_weights: torch.Tensor | None = None,
     norm_len: int | None = None,
+    dual_clip: float | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
     """Clipped surrogate ``-min(r * A, clip(r, 1 - eps_low, 1 + eps_high) * A)`` with ``r = exp(logp - old_logp)``.
+
+    The log-ratio is clamped to [-20, 20] before ``exp``. With ``dual_clip=c`` a token with A < 0 has its loss
+    capped at ``-c * A`` (Ye et al. 2020, verl/OpenRLHF ``dual_clip``): ``min(-min(r A, clip(r) A), -c A)``.
 
     Args:
         logp: (B, T) log-probs of the sampled tokens under the current policy (with gradient).
@@ -89,11 +102,12 @@ def policy_loss(
         agg: "token_mean", "seq_mean" or "token_sum_norm".
         token_weights: Optional (B,) or (B, T) non-negative weights multiplying the per-token loss.
         norm_len: Constant length for "token_sum_norm" (default T).
+        dual_clip: Optional dual-clip constant c > 1 (3 in verl/OpenRLHF); None (default) turns it off.
 
     Returns:
         (loss, stats) with stats ``clip_fraction`` (masked tokens where the clipped branch was taken and
         binding), ``clip_fraction_low``, ``clip_fraction_high``, ``ratio_mean``, ``approx_kl`` (k3 of old vs
-        new, masked mean) and ``adv_mean``.
+        new, masked mean), ``adv_mean`` and, with ``dual_clip``, ``dual_clip_fraction``.
     """
     if logp.shape != old_logp.shape or logp.shape != mask.shape or logp.dim() != 2:
         raise ValueError(
@@ -101,15 +115,22 @@ def policy_loss(
         )
     if eps_low < 0 or eps_high < 0 or eps_low >= 1:
         raise ValueError(f"need 0 <= eps_low < 1 and eps_high >= 0, got eps_low={eps_low}, eps_high={eps_high}")
+    if dual_clip is not None and not dual_clip > 1.0:
+        raise ValueError(f"dual_clip must be > 1 (3 is the usual value) or None to turn it off, got {dual_clip}")
     adv = advantages.detach().to(logp.dtype)
     if adv.dim() == 1:
         adv = adv.unsqueeze(-1).expand_as(logp)
     if adv.shape != logp.shape:
         raise ValueError(f"advantages must be (B,) or (B, T) = {tuple(logp.shape)}, got {tuple(advantages.shape)}")
-    log_ratio = logp - old_logp.detach().to(logp.dtype)
+    log_ratio = (logp - old_logp.detach().to(logp.dtype)).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     ratio = torch.exp(log_ratio)
     clipped = torch.clamp(ratio, 1.0 - eps_low, 1.0 + eps_high)
     per_token = -torch.minimum(ratio * adv, clipped * adv)
+    dual = None
+    if dual_clip is not None:
+        bound = -dual_clip * adv
+        dual = (adv < 0) & (per_token > bound)
+        per_token = torch.where(adv < 0, torch.minimum(per_token, bound), per_token)
     if token_weights is not None:
         w = token_weights.detach().to(logp.dtype)
         if w.dim() == 1:
@@ -124,17 +145,17 @@ def policy_loss(
         m = mask.to(logp.dtype)
         high = ((ratio > 1.0 + eps_high) & (adv > 0)).to(logp.dtype)
         low = ((ratio < 1.0 - eps_low) & (adv < 0)).to(logp.dtype)
-        stats = _masked_means(
-            {
-                "clip_fraction": high + low,
-                "clip_fraction_high": high,
-                "clip_fraction_low": low,
-                "ratio_mean": ratio,
-                "approx_kl": torch.expm1(-log_ratio) + log_ratio,
-                "adv_mean": adv,
-            },
-            m,
-        )
+        parts = {
+            "clip_fraction": high + low,
+            "clip_fraction_high": high,
+            "clip_fraction_low": low,
+            "ratio_mean": ratio,
+            "approx_kl": torch.expm1(-log_ratio) + log_ratio,
+            "adv_mean": adv,
+        }
+        if dual is not None:
+            parts["dual_clip_fraction"] = dual.to(logp.dtype)
+        stats = _masked_means(parts, m)
     return loss, stats
 
 
@@ -145,18 +166,20 @@ def kl_per_token(
 
     k1 = logp - ref_logp; k2 = (logp - ref_logp)^2 / 2; k3 = exp(ref_logp - logp) - (ref_logp - logp) - 1 (>= 0).
     Shapes: (B, T) in and out; the reference is detached. For k3 the log-ratio is clamped to [-20, 20] so that a
-    token the policy has all but ruled out cannot overflow exp.
+    token the policy has all but ruled out cannot overflow exp; every estimate is then clamped to [-10, 10]
+    (verl ``kl_penalty``, OpenRLHF ``compute_approx_kl``).
     """
     log_r = ref_logp.detach().to(logp.dtype) - logp
-    if estimator == "k3":
-        log_r = log_r.clamp(-20.0, 20.0)
     if estimator == "k1":
-        return -log_r
-    if estimator == "k2":
-        return 0.5 * log_r**2
-    if estimator == "k3":
-        return torch.expm1(log_r) - log_r
-    raise ValueError(f"unknown KL estimator {estimator!r}; choose 'k1', 'k2' or 'k3'")
+        kl = -log_r
+    elif estimator == "k2":
+        kl = 0.5 * log_r**2
+    elif estimator == "k3":
+        log_r = log_r.clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+        kl = torch.expm1(log_r) - log_r
+    else:
+        raise ValueError(f"unknown KL estimator {estimator!r}; choose 'k1', 'k2' or 'k3'")
+    return kl.clamp(-KL_CLAMP, KL_CLAMP)
 
 
 def kl_penalty(

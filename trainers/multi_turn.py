@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from envkit.core import Step, Trajectory, env_success, jsonable
+from envkit.credit.defaults import GAMMA_G
+from envkit.lifetime import taken_snapshots
 from envkit.registration import make
 from trainers.generation import sample
 from trainers.prompts import decode, encode_prompt, encode_text
@@ -41,7 +43,7 @@ class AgentConfig:
         gamma_g: GraphGPO distance discount.
         system: Optional system message.
         sero: SERO oracle continuations (`trainers.local_sero`; needs ``estimator="graphgpo"`` and an oracle
-            for the env in ``oracles.base.ORACLES``).
+            for the env: ``EnvEntry.oracle``).
         sero_opts: SERO settings (roots per group, reachability-weight floor / temperature / minimum, oracle
             share cap).
         reuse_kv_cache: Keep each live episode's KV cache between turns (`trainers.turn_cache`), so a turn
@@ -56,7 +58,7 @@ class AgentConfig:
     omega: float = 1.0
     episode_stats: Literal["steps", "trajectories"] = "steps"
     invalid_penalty: float = 0.1
-    gamma_g: float = 0.10
+    gamma_g: float = GAMMA_G
     system: str | None = None
     sero: bool = False
     sero_opts: SeroOptions = field(default_factory=SeroOptions)
@@ -145,6 +147,10 @@ class Episode:
         """The token ids sampled as turn t's action."""
         return [tok for tok, k in zip(self.context[len(self.prompt_ids) :], self.turn_of_token, strict=True) if k == t]
 
+    def snapshots(self) -> list[Any]:
+        """Every snapshot this episode took (before each step, and of its final state), for discarding."""
+        return taken_snapshots(self.steps, self.final_snapshot)
+
     def trajectory(self, env_id: str) -> Trajectory:
         """The episode as an `envkit.core.Trajectory` (needs ``record=True`` in `play`)."""
         return Trajectory(
@@ -208,7 +214,8 @@ def play(
     """Play `group_size` episodes of each task seed, batching one `generate` call per turn over live episodes.
 
     With `record`, each episode also keeps its `envkit.core.Step`s with a snapshot of the state before every
-    action and of its final state (SERO's roots).
+    action and of its final state (SERO's roots); the caller discards them in ``episode.env`` once the group is
+    credited (``envkit.lifetime.discard_many(e.env, e.snapshots())``; `trainers.local_sero.sero_credit` does).
     """
     specs = [EpisodeSpec(g, k, int(s)) for g, s in enumerate(seeds) for k in range(group_size)]
     return play_specs(

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
+
+from envkit.credit.defaults import P_FLOOR, TAU_W, W_MIN
+from envkit.credit.sero import SeroConfig
 
 
 @dataclass(frozen=True)
@@ -19,15 +23,15 @@ class SeroOptions:
             without ``--max-turns``); the local trainer's horizon is ``agent.max_turns``.
     """
 
-    roots_per_group: int = 2
-    p_floor: float = 0.05
-    tau_w: float = 1.0
-    w_min: float = 0.05
+    roots_per_group: int = SeroConfig.roots_per_group
+    p_floor: float = P_FLOOR
+    tau_w: float = TAU_W
+    w_min: float = W_MIN
     max_oracle_share: float = 0.25
     oracle_max_steps: int = 30
 
     def __post_init__(self) -> None:
-        from trainers.reachability import reachability_weights
+        from envkit.credit.reachability import reachability_weights
 
         if self.roots_per_group < 0:
             raise ValueError(f"SERO option roots_per_group={self.roots_per_group}: must be >= 0")
@@ -36,6 +40,14 @@ class SeroOptions:
         if self.oracle_max_steps < 1:
             raise ValueError(f"SERO option oracle_max_steps={self.oracle_max_steps}: must be >= 1")
         reachability_weights([], self.p_floor, self.tau_w, self.w_min)  # validates the three weight settings
+
+    def sero_config(self, horizon: int, **credit: Any) -> SeroConfig:
+        """The `envkit.credit.sero.SeroConfig` for a run with this turn `horizon` (the only place the trainers copy
+        these options into it); ``credit``: further SeroConfig fields (``gamma_g``, ``terminal_reward``)."""
+        return SeroConfig(
+            roots_per_group=self.roots_per_group, horizon=horizon, p_floor=self.p_floor, tau_w=self.tau_w,
+            w_min=self.w_min, **credit,
+        )  # fmt: skip
 
     def max_oracle_rows(self, n_policy_rows: int) -> int:
         """Most oracle rows a batch of `n_policy_rows` policy rows may add so they stay <= max_oracle_share of it."""

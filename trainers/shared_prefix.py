@@ -14,7 +14,7 @@ prompt costs 1/G of the compute. XRPO's ICL-prefixed prompts, several times long
 
 Example:
     >>> import torch
-    >>> from trainers.models import ModelConfig, load_model
+    >>> from oracles.models import ModelConfig, load_model
     >>> model, tok = load_model(ModelConfig(path="tiny:arith", hidden_size=32, layers=1, device="cpu"))
     >>> p = tok("1+2=")["input_ids"]
     >>> out = response_logits(model, [p, p], [[5, 6], [7]], tok.pad_token_id)

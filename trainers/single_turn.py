@@ -1,7 +1,7 @@
 """Single-turn rollout collection for the local trainer: plain GRPO groups, EDEN noisy rows, XRPO planning.
 
 `collect` samples the responses of one training step and scores them with the task's verifier; the trainer
-then computes advantages (`trainers.advantages`) and applies the explorer's post-processing (EDEN's absorb,
+then computes advantages (`envkit.credit.advantages`) and applies the explorer's post-processing (EDEN's absorb,
 XRPO's sharpening) before the update. The explorer maths lives in `trainers.explorers`; this module only
 drives the model with it:
 
@@ -21,7 +21,7 @@ from typing import Any
 
 from trainers.generation import sample
 from trainers.prompts import decode
-from trainers.tasks import Problem, Task
+from trainers.tasks import Problem, ProblemSource
 
 
 @dataclass
@@ -89,7 +89,7 @@ def generate_rows(
     return rollouts
 
 
-def verify(task: Task, problems: Sequence[Problem], rollouts: Sequence[Rollout]) -> None:
+def verify(task: ProblemSource, problems: Sequence[Problem], rollouts: Sequence[Rollout]) -> None:
     """Set each rollout's reward with the task's verifier (one batch call)."""
     rewards = task.score([problems[r.group] for r in rollouts], [r.text for r in rollouts])
     for r, reward in zip(rollouts, rewards, strict=True):
@@ -99,7 +99,7 @@ def verify(task: Task, problems: Sequence[Problem], rollouts: Sequence[Rollout])
 def collect_plain(
     model: Any,
     tokenizer: Any,
-    task: Task,
+    task: ProblemSource,
     problems: Sequence[Problem],
     prompts: Sequence[list[int]],
     *,

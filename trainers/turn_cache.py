@@ -14,7 +14,7 @@ generated past its stop token (the pads generate keeps feeding until every row s
 
 Example:
     >>> import torch
-    >>> from trainers.models import ModelConfig, load_model
+    >>> from oracles.models import ModelConfig, load_model
     >>> model, tok = load_model(ModelConfig(path="tiny:bytes", hidden_size=32, layers=1, device="cpu"))
     >>> cache = TurnCache(model, tok)
     >>> ctx = [tok("hello")["input_ids"], tok("hi there")["input_ids"]]

@@ -58,6 +58,8 @@ class LossConfig:
         micro_batch_tokens: Padded tokens (rows x longest row) per forward/backward pass at most; a longer row
             gets a pass of its own. Bounds the [rows, tokens, vocab] logits of long multi-turn rows.
         max_grad_norm: Gradient clipping (0: off).
+        dual_clip: Dual-clip constant c > 1 bounding a negative-advantage token's loss by ``-c * A`` (3 in
+            verl/OpenRLHF); None (default) turns it off.
     """
 
     eps_low: float = 0.2
@@ -70,6 +72,7 @@ class LossConfig:
     micro_batch: int = 64
     micro_batch_tokens: int = 16384
     max_grad_norm: float = 1.0
+    dual_clip: float | None = None
 
     def __post_init__(self) -> None:
         if self.agg not in ("token_mean", "seq_mean", "token_sum_norm"):
@@ -78,6 +81,8 @@ class LossConfig:
             raise ValueError(f"LossConfig.kl_estimator must be k1, k2 or k3, got {self.kl_estimator!r}")
         if self.ppo_epochs < 1 or self.micro_batch < 1 or self.micro_batch_tokens < 1:
             raise ValueError("LossConfig.ppo_epochs, micro_batch and micro_batch_tokens must be >= 1")
+        if self.dual_clip is not None and not self.dual_clip > 1.0:
+            raise ValueError(f"LossConfig.dual_clip must be > 1 (e.g. 3) or None (off), got {self.dual_clip}")
 
 
 def _micro_batches(batch: TrainBatch, size: int, max_tokens: int) -> list[list[int]]:
@@ -166,6 +171,7 @@ def update(
                 agg=cfg.agg,  # type: ignore[arg-type]
                 token_weights=weights,
                 norm_len=norm_len,
+                dual_clip=cfg.dual_clip,
             )
             ent = aggregate(token_entropy(logits), target, "token_mean")
             # Scale the micro-batch aggregate by its share of the whole batch (token count or row count).

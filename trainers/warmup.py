@@ -16,13 +16,13 @@ from tqdm import tqdm
 
 from trainers.generation import batch_sequences, score
 from trainers.prompts import encode_prompt, encode_text
-from trainers.tasks import Task
+from trainers.tasks import ProblemSource
 
 
 def sft_warmup(
     model: Any,
     tokenizer: Any,
-    task: Task,
+    task: ProblemSource,
     *,
     steps: int,
     batch: int = 64,

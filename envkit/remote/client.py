@@ -18,6 +18,7 @@ Example (with ``envkit-serve envkit/Toy-v0 --port 8000`` running)::
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from typing import Any, SupportsFloat
 
 import gymnasium as gym
 
+from envkit.capability import SnapshotCapability
 from envkit.errors import InvalidActionError, SnapshotError
 from envkit.remote.transport import EnvServerError, HTTPTransport, WSTransport, info, split_url
 from envkit.spaces import FreeText
@@ -69,9 +71,6 @@ class RemoteEnv(gym.Env[str, str]):
             cannot change how the server builds its envs.
     """
 
-    #: Remote snapshots hold server memory: SERO's pipeline discards them after use (oracles.continuation).
-    snapshots_hold_resources = True
-
     def __init__(
         self,
         env_id: str,
@@ -107,7 +106,12 @@ class RemoteEnv(gym.Env[str, str]):
             http_url, token=token, timeout=timeout, connect_timeout=connect_timeout
         )
         md = dict(self.server_info.get("metadata", {}))
-        self.metadata = {**md, "snapshot_picklable": True, "remote": url}
+        # Handles restore through the server from any session and pickle as plain data; they hold server memory
+        # until discarded (envkit.lifetime), whatever the served env's own snapshots do.
+        served_cap = md.pop("snapshot_capability", None) or {"kind": md.get("snapshot", "native")}
+        served_cap["info_ignore"] = tuple(served_cap.get("info_ignore", ()))
+        cap = dataclasses.replace(SnapshotCapability(**served_cap), picklable=True, scope="any", holds_resources=True)
+        self.metadata = {**md, **cap.metadata(), "remote": url}
         self.action_space = FreeText(int(self.server_info.get("max_action_length", 1 << 16)))
         self.observation_space = FreeText(int(self.server_info.get("max_observation_length", 1 << 22)))
         self.evaluation = bool(self.server_info.get("evaluation", False))

@@ -22,7 +22,7 @@ followed by the engine's feedback (``task_in_observation=False`` gives the bare 
 ``gamefile``, ``task`` (the task description), ``feedback`` (engine text of the last step), ``step``.
 
 Snapshots are native: fast-downward's state id plus copies of the Python-side engine state and of the env's
-counters and history. They are valid in the instance that took them (``metadata["snapshot_scope"]``), also
+counters and history. They are valid in the instance that took them (``SnapshotCapability.scope == "instance"``), also
 after a pickle round trip through another process (e.g. a pool worker's snapshot sent to the trainer and
 back: the env keeps the last ``live_snapshots`` engine states); restoring one elsewhere (another instance or
 process) resets and replays the recorded actions with hash checks (`SnapshotEnvBase.restore_by_replay`),
@@ -39,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, SupportsFloat
 
+from envkit.capability import SnapshotCapability
 from envkit.errors import SnapshotError
 from envkit.snapshot import Snapshot, SnapshotEnvBase
 from envs.alfworld.data import SPLITS, Game, find_games, task_type_name
@@ -127,16 +128,16 @@ class ALFWorldEnv(SnapshotEnvBase):
 
     metadata: dict[str, Any] = {
         "render_modes": [],
-        "snapshot": "native",
-        "snapshot_picklable": True,
-        "snapshot_scope": "instance",
-        "snapshot_fallback": "replay",
-        "snapshot_note": (
-            "native restore is exact and sub-millisecond in the env instance that took the snapshot (while it has "
-            "not loaded another game), also after a pickle round trip through another process (the instance keeps "
-            "the last live_snapshots engine states); elsewhere (fresh instance, other process) restore replays "
-            "the recorded actions with hash checks, which needs an episode reset with a seed"
-        ),
+        **SnapshotCapability(
+            scope="instance",
+            holds_resources=True,
+            note=(
+                "native restore is exact and sub-millisecond in the env instance that took the snapshot (while it "
+                "has not loaded another game), also after a pickle round trip through another process (the "
+                "instance keeps the last live_snapshots engine states); elsewhere (fresh instance, other process) "
+                "restore replays the recorded actions with hash checks, which needs an episode reset with a seed"
+            ),
+        ).metadata(),
     }
 
     def __init__(

@@ -32,7 +32,7 @@ from typing import Any
 from envs.code.data import CodeProblem, humaneval_problems, load_problems
 from envs.code.sandbox import Sandbox, SandboxConfig
 from envs.code.verifier import CodeResult, CodeVerifier, CodeVerifierConfig
-from envs.math.verdict import Verdict
+from envs.verdict import Verdict
 from envs.verifier_env import SharedPerConfig, VerifierEnv, cached_problems
 
 DEFAULT_PROMPT = (

@@ -29,7 +29,7 @@ from typing import Any
 
 from envs.code.data import CodeProblem
 from envs.code.sandbox import Job, RunResult, Sandbox, SandboxConfig
-from envs.math.verdict import Verdict
+from envs.verdict import Verdict
 from envs.verifier_stats import BatchStats
 
 REWARD_MODES = ("all", "fraction")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envs.math.extract import relation_chains
-from envs.math.verdict import Verdict
+from envs.verdict import Verdict
 
 
 class SoftTimeout(BaseException):

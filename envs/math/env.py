@@ -28,8 +28,8 @@ from typing import Any
 from envkit.errors import require
 from envs.math.data import DEFAULT_RG_TASKS, MathProblem, load_problems, reasoning_gym_problems
 from envs.math.extract import DEFAULT_METHODS
-from envs.math.verdict import Verdict
 from envs.math.verifier import MathResult, MathVerifier, MathVerifierConfig
+from envs.verdict import Verdict
 from envs.verifier_env import SharedPerConfig, VerifierEnv, cached_problems
 
 DEFAULT_PROMPT = "{question}\n\nReason step by step, then put your final answer within \\boxed{{}}."

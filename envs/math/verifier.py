@@ -33,7 +33,7 @@ from typing import Any
 from envs.math.check import CheckTask
 from envs.math.data import MathProblem
 from envs.math.extract import DEFAULT_METHODS, check_methods, extract_answer
-from envs.math.verdict import Verdict
+from envs.verdict import Verdict
 from envs.verifier_stats import BatchStats
 
 _REPO_ROOT = str(Path(__file__).resolve().parents[2])

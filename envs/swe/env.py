@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, SupportsFloat
 
+from envkit.capability import SnapshotCapability
 from envkit.errors import SnapshotError
 from envkit.snapshot import Snapshot, SnapshotEnvBase
 from envs.swe.grading import Grade, grade
@@ -93,7 +94,7 @@ def make_backend(backend: str | Backend, limits: Limits | None) -> Backend:
 class SWEEnv(SnapshotEnvBase):
     """See the module docstring."""
 
-    metadata = {"render_modes": [], "snapshot": "native", "snapshot_picklable": True}
+    metadata = {"render_modes": [], **SnapshotCapability(holds_resources=True).metadata()}
 
     def __init__(
         self,

@@ -10,7 +10,7 @@ Given a real Python project with tests (a pip-downloaded sdist, a wheel or a dir
    tree inside the sandbox; a mutation becomes a task when some tests fail: FAIL_TO_PASS are the tests that pass
    clean and fail mutated, PASS_TO_PASS the other tests of those classes that pass in both. The gold patch is the
    reverse of the injected diff.
-3. `validate` checks every task through the env itself: submitting the start tree scores 0, applying the gold
+3. `oracles.swe.validate` (an oracle runs in it, so it lives a layer up) checks every task through the env itself: submitting the start tree scores 0, applying the gold
    patch (by the gold-patch oracle's tool calls) and submitting scores 1.
 
 ``scripts/make_swe_tasks.py`` drives it and writes the JSONL task file.
@@ -368,50 +368,3 @@ class Generator:
         if bar is not None:
             bar.close()
         return tasks
-
-
-@dataclass(frozen=True)
-class Validation:
-    """The outcome of `validate` for one task.
-
-    Attributes:
-        instance_id: The task.
-        buggy_reward: Reward of submitting the start tree (must be 0).
-        gold_reward: Reward after the gold-patch oracle's tool calls and submit (must be 1).
-        oracle_steps: Tool calls the oracle needed.
-    """
-
-    instance_id: str
-    buggy_reward: float
-    gold_reward: float
-    oracle_steps: int
-
-    @property
-    def ok(self) -> bool:
-        return self.buggy_reward == 0.0 and self.gold_reward == 1.0
-
-
-def validate(tasks: list[Task], *, backend: Backend | str = "local", progress: bool = False) -> list[Validation]:
-    """Check each task through the env: buggy tree scores 0, the oracle's gold state scores 1."""
-    from envs.swe.env import SWEEnv
-    from oracles.base import run_oracle
-    from oracles.swe import GoldPatchOracle
-
-    env = SWEEnv(tasks=tasks, backend=backend, max_steps=20)
-    out: list[Validation] = []
-    try:
-        it: list[Task] = tasks
-        if progress:
-            from tqdm import tqdm
-
-            it = tqdm(tasks, desc="validate")  # type: ignore[assignment]
-        for task in it:
-            env.reset(seed=0, options={"task_id": task.instance_id})
-            _, buggy, _, _, _ = env.step('{"tool": "submit"}')
-            obs, info = env.reset(seed=0, options={"task_id": task.instance_id})
-            run = run_oracle(env, GoldPatchOracle(), obs, info, max_steps=20)
-            gold = run.steps[-1].reward if run.steps else 0.0
-            out.append(Validation(task.instance_id, float(buggy), float(gold), len(run.steps)))
-    finally:
-        env.close()
-    return out

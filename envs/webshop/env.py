@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, SupportsFloat
 
+from envkit.capability import SnapshotCapability
 from envkit.snapshot import Snapshot, SnapshotEnvBase
 from envs.webshop.catalog import DEFAULT_TEST_GOALS, Catalog, Goal, load_catalog
 from envs.webshop.render import OBSERVATION_MODES, render_html, to_text, to_text_rich
@@ -176,7 +177,7 @@ class WebShopEnvBase(SnapshotEnvBase):
         evaluation: Evaluation env (oracles refuse to run).
     """
 
-    metadata = {"render_modes": [], "snapshot": "native", "snapshot_picklable": True}
+    metadata = {"render_modes": [], **SnapshotCapability().metadata()}
 
     def __init__(self, config: WebShopConfig, evaluation: bool = False):
         super().__init__(evaluation=evaluation)

@@ -237,8 +237,8 @@ def test_inspect_prints_whole_stop_reasons_and_dead_roots(tmp_path):
     """Stop reasons are kept and printed whole, one per line (they contain colons and commas), with dead roots."""
     from envkit.core import Root
     from oracles.continuation import ContinuationOutcome
+    from oracles.reach_weights import Weighted
     from oracles.records import summarize, task_stats
-    from oracles.sero import Weighted
 
     why = "oracle gave up: fast-downward found no plan within 20 s: the agent holds x, which no receptacle accepts"
     root = Root(0, 0, 1, "obs")

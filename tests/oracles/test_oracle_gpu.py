@@ -8,9 +8,9 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from envkit.policies import PolicyInput  # noqa: E402
+from oracles.models import ModelConfig, load_model  # noqa: E402
 from oracles.policies import TransformersPolicy  # noqa: E402
 from oracles.scorers import TransformersScorer  # noqa: E402
-from trainers.models import ModelConfig, load_model  # noqa: E402
 
 ADM = {"admissible_actions": ["left", "right", "stay", "teleport"]}
 

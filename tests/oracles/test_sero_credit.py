@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from envkit.core import Root, Step, Trajectory
+from envkit.credit.sero import SeroConfig, credit_group
+from oracles.continuation import ContinuationOutcome
+from oracles.reach_weights import oracle_turns, reach_weights
 from oracles.scorers import UniformScorer
-from oracles.sero import ContinuationOutcome, SeroConfig, credit_group, oracle_turns, reach_weights
 
 
 def _traj(states, actions, success=False):

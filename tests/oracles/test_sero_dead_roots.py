@@ -22,13 +22,15 @@ if DATA is None:
         "ALFWorld data not found: set ALFWORLD_DATA to a dir made by alfworld-download", allow_module_level=True
     )
 
+from envkit.credit.sero import SeroConfig, select_roots  # noqa: E402
+from envkit.lifetime import OwnerTrackingPool  # noqa: E402
 from envkit.policies import ScriptedPolicy  # noqa: E402
 from envkit.pool import EnvFactory, make_pool  # noqa: E402
 from envkit.rollout import Task, rollout  # noqa: E402
-from oracles.continuation import OwnerTrackingPool, continue_from_root, job_for  # noqa: E402
+from oracles.continuation import continue_from_root, job_for  # noqa: E402
 from oracles.pipeline import continue_roots  # noqa: E402
+from oracles.reach_weights import Weighted  # noqa: E402
 from oracles.records import summarize, task_stats  # noqa: E402
-from oracles.sero import SeroConfig, Weighted, select_roots  # noqa: E402
 
 ENV = "envkit/ALFWorld-v0"
 TID = "json_2.1.1/train/look_at_obj_in_light-Pencil-None-DeskLamp-320/trial_T20190908_143748_669974"

@@ -7,8 +7,9 @@ import pytest
 
 import envkit  # noqa: F401  (registers the ids)
 from envkit.core import Step, Trajectory
+from envkit.credit.sero import SeroConfig, select_roots
 from envkit.snapshot import replay
-from oracles.sero import SeroConfig, replay_state_at, select_roots
+from oracles.continuation import replay_state_at
 
 
 def traj(states: list[str], actions: list[str], *, success: bool = False, done: bool = False, failed: bool = False):

@@ -6,15 +6,17 @@ import gymnasium as gym
 import pytest
 
 import envkit  # noqa: F401
+from envkit.capability import SnapshotCapability
 from envkit.core import Root
+from envkit.credit.sero import SeroConfig, select_roots
 from envkit.errors import EnvkitError
 from envkit.io import read_records
 from envkit.policies import RandomAdmissiblePolicy
 from envkit.rollout import Task, play
 from envkit.snapshot import ReplayState
 from envkit.testing import ToyEnv
+from oracles.continuation import ContinuationJob, continue_from_root, job_for
 from oracles.pipeline import RunConfig, run, summary_path
-from oracles.sero import ContinuationJob, SeroConfig, continue_from_root, job_for, select_roots
 
 # Toy episodes truncate at 10 steps: the random walk often misses the goal; a root with >= 7 steps left is always
 # enough for the oracle (the line has 8 cells).
@@ -154,6 +156,8 @@ def test_oracle_refuses_evaluation_envs():
 class CountingToy(ToyEnv):
     """A toy env whose snapshots hold a 'resource' (counted per instance) until discarded, like SWE layers."""
 
+    metadata = {"render_modes": [], **SnapshotCapability(holds_resources=True).metadata()}
+
     def __init__(self, **kw):
         super().__init__(**kw)
         self.live: set[int] = set()
@@ -183,9 +187,10 @@ def test_snapshots_holding_resources_are_discarded_in_their_worker(tmp_path, mon
         made.extend(e.unwrapped for e in self.envs)
 
     monkeypatch.setattr(pool_mod.InProcessPool, "__init__", spy)
-    from oracles.base import ORACLES
+    from envkit.registration import ENVS, EnvEntry
 
-    monkeypatch.setitem(ORACLES, "envkit/CountingToy-v0", "oracles.toy:ToyOracle")
+    entry = EnvEntry("envkit/CountingToy-v0", "", None, "", oracle="oracles.toy:ToyOracle")
+    monkeypatch.setitem(ENVS, "envkit/CountingToy-v0", entry)
     try:
         cfg = _cfg(tmp_path, "c.jsonl", env_id="envkit/CountingToy-v0", workers=2, backend="inprocess")
         summary = run(cfg)
@@ -203,10 +208,11 @@ def test_snapshots_holding_resources_are_discarded_in_their_worker(tmp_path, mon
 def test_roots_go_to_the_worker_that_made_them(tmp_path, monkeypatch):
     # Native snapshots valid only in their own env instance (like ALFWorld): sent to their owner, they restore
     # natively; elsewhere they would fall back to replay.
-    from oracles.base import ORACLES
+    from envkit.registration import ENVS, EnvEntry
 
     gym.register(id="envkit/BoundToy-v0", entry_point=InstanceBoundToy, order_enforce=False, disable_env_checker=True)
-    monkeypatch.setitem(ORACLES, "envkit/BoundToy-v0", "oracles.toy:ToyOracle")
+    entry = EnvEntry("envkit/BoundToy-v0", "", None, "", oracle="oracles.toy:ToyOracle")
+    monkeypatch.setitem(ENVS, "envkit/BoundToy-v0", entry)
     try:
         cfg = _cfg(tmp_path, "b.jsonl", env_id="envkit/BoundToy-v0", workers=3, backend="inprocess", tasks=12)
         tot = run(cfg)["totals"]

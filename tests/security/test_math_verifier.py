@@ -15,8 +15,8 @@ import pytest
 from envs.math.data import MathProblem
 from envs.math.env import MathEnv
 from envs.math.extract import extract_answer, last_boxed
-from envs.math.verdict import Verdict
 from envs.math.verifier import MathVerifier, MathVerifierConfig
+from envs.verdict import Verdict
 
 pytest.importorskip("math_verify")
 

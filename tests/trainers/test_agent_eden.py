@@ -9,10 +9,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import trainers.multi_turn as mt  # noqa: E402
+from oracles.models import ModelConfig  # noqa: E402
 from trainers.agent_batch import collect_agent_batch  # noqa: E402
 from trainers.explorers.eden import EdenConfig, absorb, eden_advantages, select_noisy  # noqa: E402
 from trainers.local import LocalTrainer, TrainConfig  # noqa: E402
-from trainers.models import ModelConfig  # noqa: E402
 from trainers.multi_turn import AgentConfig, Episode  # noqa: E402
 
 torch.set_num_threads(1)
@@ -46,7 +46,9 @@ def test_noisy_episodes_perturb_only_their_first_turn_and_train_on_clean_prompts
 
     monkeypatch.setattr(mt, "sample", spy)
     cfg = trainer.cfg
-    batch, m = collect_agent_batch(trainer.model, trainer.tok, cfg.task, cfg, seed=3, explorer=trainer.explorer, step=1)
+    batch, m = collect_agent_batch(
+        trainer.model, trainer.tok, cfg.task, cfg.shape, seed=3, explorer=trainer.explorer, step=1
+    )
     first_n, first_temps, first_extra = calls[0]
     assert first_n == 12 and first_extra is not None
     noisy = [x is not None for x in first_extra]

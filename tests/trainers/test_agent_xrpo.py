@@ -8,10 +8,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from oracles.models import ModelConfig  # noqa: E402
 from trainers.agent_batch import collect_agent_batch  # noqa: E402
 from trainers.explorers.xrpo import XrpoConfig, sharpen  # noqa: E402
 from trainers.local import LocalTrainer, TrainConfig  # noqa: E402
-from trainers.models import ModelConfig  # noqa: E402
 from trainers.multi_turn import AgentConfig, Episode  # noqa: E402
 
 torch.set_num_threads(1)
@@ -34,7 +34,9 @@ def _trainer(tmp_path, estimator="grpo", sero=False, **xrpo) -> LocalTrainer:
 
 def _batch(trainer):
     cfg = trainer.cfg
-    return collect_agent_batch(trainer.model, trainer.tok, cfg.task, cfg, seed=3, explorer=trainer.explorer, step=1)
+    return collect_agent_batch(
+        trainer.model, trainer.tok, cfg.task, cfg.shape, seed=3, explorer=trainer.explorer, step=1
+    )
 
 
 def test_the_budget_is_kept_and_all_fail_tasks_get_icl_first_prompts(tmp_path):

@@ -14,10 +14,10 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import trainers.update as update_mod  # noqa: E402
-from trainers.advantages import group_advantages  # noqa: E402
+from envkit.credit.advantages import group_advantages  # noqa: E402
+from oracles.models import ModelConfig  # noqa: E402
 from trainers.explorers.eden import EdenConfig  # noqa: E402
 from trainers.local import LocalTrainer, TrainConfig  # noqa: E402
-from trainers.models import ModelConfig  # noqa: E402
 from trainers.prompts import encode_prompt  # noqa: E402
 from trainers.update import LossConfig  # noqa: E402
 

@@ -10,12 +10,12 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from oracles.models import ModelConfig, load_model  # noqa: E402
 from trainers.explorers.eden import EdenConfig  # noqa: E402
 from trainers.explorers.xrpo import XrpoConfig  # noqa: E402
 from trainers.generation import batch_sequences, sample, score  # noqa: E402
 from trainers.local import TrainConfig  # noqa: E402
 from trainers.local_explorers import EdenDriver, XrpoDriver  # noqa: E402
-from trainers.models import ModelConfig, load_model  # noqa: E402
 from trainers.prompts import encode_prompt  # noqa: E402
 from trainers.tasks import ArithmeticTask  # noqa: E402
 from trainers.update import LossConfig, TrainBatch, update  # noqa: E402
@@ -150,7 +150,7 @@ def test_eden_rollouts_keep_clean_prompts_and_mark_noisy_rows(arith):
         max_cos=1.0,
     )
     tcfg = _cfg(explorer="eden", eden=eden)
-    driver = EdenDriver(eden, model, tok, task, tcfg, None)
+    driver = EdenDriver(eden, model, tok, task, tcfg.shape, None)
     assert len(driver.bank) == 2
     # Anchors are rows of the model's own input-embedding table.
     table = model.get_input_embeddings().weight.detach().numpy()
@@ -178,7 +178,7 @@ def test_xrpo_keeps_the_budget_and_seeds_all_fail_prompts_with_icl(arith):
     task = ArithmeticTask(digits=1)
     xrpo = XrpoConfig(n0=2, icl_backend="tfidf", chunk_size=1)
     tcfg = _cfg(explorer="xrpo", xrpo=xrpo)
-    driver = XrpoDriver(xrpo, model, tok, task, tcfg, None)
+    driver = XrpoDriver(xrpo, model, tok, task, tcfg.shape, None)
     driver.corpus.add("1+1", "1+1=", "2")
     driver.corpus.add("2+3", "2+3=", "5")
     problems = task.sample(np.random.default_rng(1), 3)
@@ -198,7 +198,7 @@ def test_xrpo_keeps_the_budget_and_seeds_all_fail_prompts_with_icl(arith):
     assert stats["xrpo_rollouts_mean"] == 4 and stats["xrpo_phases"] >= 2
     assert sum(stats["xrpo_rollout_counts"]) == 12 and min(stats["xrpo_rollout_counts"]) >= 2
     state = driver.state_dict()
-    again = XrpoDriver(xrpo, model, tok, task, tcfg, state)
+    again = XrpoDriver(xrpo, model, tok, task, tcfg.shape, state)
     assert len(again.corpus) == 2
 
 
@@ -210,7 +210,7 @@ def test_xrpo_clean_loss_prompt_keeps_the_samples_and_trains_on_the_plain_prompt
     runs = {}
     for mode in ("augmented", "clean"):
         xrpo = XrpoConfig(n0=2, icl_backend="tfidf", chunk_size=1, icl_loss_prompt=mode)
-        driver = XrpoDriver(xrpo, model, tok, task, _cfg(explorer="xrpo", xrpo=xrpo), None)
+        driver = XrpoDriver(xrpo, model, tok, task, _cfg(explorer="xrpo", xrpo=xrpo).shape, None)
         driver.corpus.add("1+1", "1+1=", "2")
         driver.corpus.add("2+3", "2+3=", "5")
         runs[mode] = driver.collect(2, problems, prompts, temperature=1.0, max_new_tokens=4, seed=9)

@@ -14,13 +14,13 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from envkit.credit.reachability import reachability_weights  # noqa: E402
+from oracles.models import ModelConfig  # noqa: E402
 from trainers.agent_batch import collect_agent_batch  # noqa: E402
 from trainers.generation import batch_sequences, score  # noqa: E402
 from trainers.local import LocalTrainer, TrainConfig  # noqa: E402
-from trainers.models import ModelConfig  # noqa: E402
 from trainers.multi_turn import AgentConfig  # noqa: E402
 from trainers.prompts import encode_text  # noqa: E402
-from trainers.reachability import reachability_weights  # noqa: E402
 from trainers.sero_options import SeroOptions  # noqa: E402
 
 torch.set_num_threads(1)
@@ -44,7 +44,7 @@ def trainer(tmp_path):
 
 def _batch(trainer, seed=5, **agent):
     cfg = _cfg(trainer.run_dir, **agent) if agent else trainer.cfg
-    return collect_agent_batch(trainer.model, trainer.tok, "envkit/Toy-v0", cfg, seed=seed)
+    return collect_agent_batch(trainer.model, trainer.tok, "envkit/Toy-v0", cfg.shape, seed=seed)
 
 
 def test_oracle_rows_are_the_episode_ids_then_the_oracle_actions_with_reachability_weights(trainer):
@@ -161,7 +161,7 @@ def test_sero_on_alfworld_restores_natively_and_the_oracle_finishes(tmp_path, al
     )  # fmt: skip
     trainer = LocalTrainer(cfg)
     trainer.model.eval()
-    batch, m = collect_agent_batch(trainer.model, trainer.tok, cfg.task, cfg, seed=1)
+    batch, m = collect_agent_batch(trainer.model, trainer.tok, cfg.task, cfg.shape, seed=1)
     assert m["success_rate"] == 0.0 and m["sero_tried"] >= 1
     assert m["sero_native"] == m["sero_restored"] == m["sero_tried"] and m["sero_diverged"] == 0
     assert m["sero_rows"] >= 1 and len(batch) == 8 + m["sero_rows"]

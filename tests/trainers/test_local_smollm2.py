@@ -9,8 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from oracles.models import ModelConfig  # noqa: E402
 from trainers.local import LocalTrainer, TrainConfig  # noqa: E402
-from trainers.models import ModelConfig  # noqa: E402
 from trainers.prompts import decode, encode_prompt  # noqa: E402
 
 pytestmark = [

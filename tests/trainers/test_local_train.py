@@ -12,10 +12,10 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from oracles.models import ModelConfig, byte_tokenizer  # noqa: E402
 from trainers.checkpoint import latest_checkpoint  # noqa: E402
 from trainers.local import LocalTrainer, TrainConfig  # noqa: E402
 from trainers.metrics import MetricsLogger, plot_metrics, read_metrics  # noqa: E402
-from trainers.models import ModelConfig, byte_tokenizer  # noqa: E402
 from trainers.multi_turn import AgentConfig, continuation_ids  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]

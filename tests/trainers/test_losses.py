@@ -127,4 +127,48 @@ def test_seq_mean_ignores_empty_sequences_and_k3_is_finite():
     m = torch.tensor([[1, 1], [0, 0]])
     assert aggregate(v, m, "seq_mean").item() == pytest.approx(2.0)
     far = kl_per_token(torch.tensor([[-200.0]]), torch.tensor([[0.0]]), "k3")
-    assert torch.isfinite(far).all() and far.item() == pytest.approx(math.expm1(20.0) - 20.0, rel=1e-5)
+    # the log-ratio clamps to 20 before exp (expm1(20) - 20 ~ 4.9e8), then the estimate clamps to 10
+    assert torch.isfinite(far).all() and math.expm1(20.0) - 20.0 > 10.0 and far.item() == pytest.approx(10.0)
+
+
+def test_policy_loss_clamps_the_log_ratio_to_20_in_float32():
+    logp = torch.tensor([[100.0, 0.5]], requires_grad=True)  # float32: exp(100) is inf
+    old = torch.zeros(1, 2)
+    loss, stats = policy_loss(logp, old, torch.tensor([-1.0]), torch.ones(1, 2))
+    # per token -min(r A, clip(r) A) with A = -1: r = exp(20) (clamped), exp(0.5)
+    assert torch.isfinite(loss) and loss.item() == pytest.approx((math.exp(20.0) + math.exp(0.5)) / 2, rel=1e-6)
+    assert stats["ratio_mean"] == pytest.approx((math.exp(20.0) + math.exp(0.5)) / 2, rel=1e-6)
+    loss.backward()
+    assert logp.grad is not None and logp.grad[0, 0].item() == 0.0  # the clamped token gets no gradient
+    assert logp.grad[0, 1].item() == pytest.approx(math.exp(0.5) / 2, rel=1e-6)
+
+
+def test_policy_loss_dual_clip_bounds_negative_advantage_tokens():
+    ratios = torch.tensor([[5.0, 2.0, 0.5], [5.0, 1.0, 1.0]], dtype=torch.float64)
+    logp = torch.log(ratios).requires_grad_(True)
+    adv = torch.tensor([-1.0, 1.0], dtype=torch.float64)
+    mask = torch.ones(2, 3)
+    plain, _ = policy_loss(logp, torch.zeros_like(logp), adv, mask)
+    # row 0 (A=-1): 5, 2, 0.8 (clipped); row 1 (A=+1): -1.2 (clipped), -1, -1
+    assert plain.item() == pytest.approx((5 + 2 + 0.8 - 1.2 - 1 - 1) / 6)
+    dual, stats = policy_loss(logp, torch.zeros_like(logp), adv, mask, dual_clip=3.0)
+    # the A < 0 token at ratio 5 is capped at -c * A = 3; positive-advantage rows are unchanged
+    assert dual.item() == pytest.approx((3 + 2 + 0.8 - 1.2 - 1 - 1) / 6)
+    assert stats["dual_clip_fraction"] == pytest.approx(1 / 6)
+    dual.backward()
+    assert logp.grad is not None and logp.grad[0, 0].item() == 0.0
+    for bad in (1.0, 0.5):
+        with pytest.raises(ValueError, match="dual_clip"):
+            policy_loss(logp, torch.zeros_like(logp), adv, mask, dual_clip=bad)
+
+
+def test_kl_estimates_clamp_to_10():
+    logp = torch.tensor([[15.0, -15.0, 5.0, 1.0]])
+    ref = torch.zeros(1, 4)
+    # k1 = logp - ref: 15 -> 10, -15 -> -10, 5, 1 unchanged
+    torch.testing.assert_close(kl_per_token(logp, ref, "k1"), torch.tensor([[10.0, -10.0, 5.0, 1.0]]))
+    # k2 = d^2 / 2: 112.5 -> 10, 112.5 -> 10, 12.5 -> 10, 0.5
+    torch.testing.assert_close(kl_per_token(logp, ref, "k2"), torch.tensor([[10.0, 10.0, 10.0, 0.5]]))
+    # k3 = exp(-d) + d - 1: 14, exp(15) - 16 -> 10 ... 5 + exp(-5) - 1 = 4.0067, exp(-1) = 0.3679
+    k3 = kl_per_token(logp, ref, "k3")
+    torch.testing.assert_close(k3, torch.tensor([[10.0, 10.0, 4.0 + math.exp(-5.0), math.exp(-1.0)]]))

@@ -12,8 +12,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from oracles.models import ModelConfig, load_model  # noqa: E402
 from trainers.generation import batch_sequences, sample, score  # noqa: E402
-from trainers.models import ModelConfig, load_model  # noqa: E402
 from trainers.prompts import encode_prompt  # noqa: E402
 from trainers.shared_prefix import distinct, response_logits  # noqa: E402
 from trainers.update import LossConfig, TrainBatch, update  # noqa: E402

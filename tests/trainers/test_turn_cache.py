@@ -7,8 +7,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from oracles.models import ModelConfig, load_model  # noqa: E402
 from trainers.generation import sample  # noqa: E402
-from trainers.models import ModelConfig, load_model  # noqa: E402
 from trainers.multi_turn import AgentConfig, play  # noqa: E402
 from trainers.turn_cache import TurnCache  # noqa: E402
 

@@ -63,6 +63,17 @@ def test_allocate_greedy_chunks_exact():
         allocate(rewards, [6, 6, 6], 2, 0, capped)
 
 
+def test_allocate_breaks_equal_priorities_by_fewest_rollouts_then_prompt_order():
+    cfg = XrpoConfig(group_size=8, n0=4, chunk_size=2)
+    zeros = [np.zeros(4)] * 4
+    # step 0: no bonus, every zero-variance prompt has priority 0; the index tie-break gave [16, 0, 0, 0]
+    np.testing.assert_array_equal(allocate(zeros, [4, 4, 4, 4], 16, 0, cfg), [4, 4, 4, 4])
+    np.testing.assert_array_equal(allocate(zeros, [4, 4, 4, 4], 2, 0, cfg), [2, 0, 0, 0])
+    np.testing.assert_array_equal(allocate(zeros[:3], [6, 4, 5], 2, 0, cfg), [0, 2, 0])
+    # 4 -> 6 (prompt 1), then 5 -> 7 (prompt 2), then 6 = 6: prompt 0 before prompt 1
+    np.testing.assert_array_equal(allocate(zeros[:3], [6, 4, 5], 6, 0, cfg), [2, 2, 2])
+
+
 @pytest.mark.parametrize(
     ("group_size", "n0", "n_phases", "chunk", "n_max", "n_prompts"),
     [(8, 4, 3, 2, None, 5), (8, 4, 3, 3, 9, 7), (16, 4, 4, 1, 20, 3), (6, 4, 2, 5, None, 1), (4, 4, 3, 2, None, 4)],

@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from trainers.advantages import group_advantages, zero_advantage_fraction
+from envkit.credit.advantages import group_advantages, zero_advantage_fraction
 from trainers.explorers.anchors import AnchorBank, AnchorScore, candidate_tokens, select_anchors
 
 __all__ = [
@@ -319,7 +319,7 @@ def eden_advantages(
         group_ids: (N,) prompt id of each row.
         noisy: (N,) bool noisy-row mask.
         config: Uses top_p and gamma.
-        estimator: Group baseline (``trainers.advantages.group_advantages``), "grpo" by default.
+        estimator: Group baseline (``envkit.credit.advantages.group_advantages``), "grpo" by default.
     """
     r = np.asarray(rewards, dtype=np.float64)
     m = np.asarray(noisy, dtype=bool)

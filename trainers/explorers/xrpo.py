@@ -33,8 +33,8 @@ from typing import Any, Literal
 import numpy as np
 from scipy import stats as _stats
 
+from envkit.credit.step_table import factorize
 from trainers.explorers.icl import IclCorpus, IclExample, icl_prefix
-from trainers.step_table import factorize
 
 __all__ = [
     "IclCorpus",
@@ -158,7 +158,8 @@ def allocate(rewards_per_prompt: Sequence[Any], counts: Any, budget: int, step: 
     """Greedy chunked allocation of ``budget`` extra rollouts by priority (one phase).
 
     Each pick gives ``min(chunk_size, budget left, n_max - n_q)`` rollouts to the prompt with the highest
-    priority (ties: the lowest index), then recomputes that prompt's priority at its new planned count n_q
+    priority (equal priorities: the one with the fewest planned rollouts, then the lowest index; at step 0 the
+    bonus is 0 and every zero-variance prompt ties, so they share the budget round-robin), then recomputes that prompt's priority at its new planned count n_q
     (s stays the observed one: the new rewards are not known before generation).
 
     Args:
@@ -182,8 +183,9 @@ def allocate(rewards_per_prompt: Sequence[Any], counts: Any, budget: int, step: 
     prio = np.array([priority(r, step, config.lam, config.alpha, int(c)) for r, c in zip(rewards_per_prompt, n)])
     left = budget
     while left > 0:
-        open_ = n < cap
-        q = int(np.argmax(np.where(open_, prio, -np.inf)))
+        candidates = np.where(n < cap, prio, -np.inf)
+        tied = np.flatnonzero(candidates == candidates.max())
+        q = int(tied[np.argmin(n[tied])])  # argmin takes the first of equal counts: prompt order
         give = int(min(config.chunk_size, left, cap - n[q]))
         n[q] += give
         extra[q] += give

@@ -19,6 +19,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from envkit.credit.defaults import GAMMA_G
 from trainers.sero_options import SeroOptions
 
 #: Environment variable holding the JSON of the `BackendConfig` in every Ray worker.
@@ -53,7 +54,7 @@ class AdvantageOptions:
     episode_stats: str = "steps"
     norm: str = "std"
     invalid_penalty: float = 0.1
-    gamma_g: float = 0.10
+    gamma_g: float = GAMMA_G
     beta_g: float = 1.0
     beta_e: float = 1.0
     reward_scale: float = 10.0

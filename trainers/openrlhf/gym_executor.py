@@ -36,12 +36,13 @@ import gymnasium as gym
 from openrlhf.utils.agent import AgentExecutorBase
 
 from envkit.core import Step, env_success, jsonable
+from envkit.lifetime import discard_many
 from trainers.openrlhf.config import BackendConfig
 from trainers.openrlhf.records import RESPONSE_KEY, RolloutRecord, RolloutSpec, Turn
 
 
 @dataclass(frozen=True)
-class Task:
+class RolloutTask:
     """One episode's env and reset arguments, parsed from a dataset label."""
 
     env_id: str
@@ -50,7 +51,7 @@ class Task:
     kwargs: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_label(cls, label: Any, config: BackendConfig) -> Task:
+    def from_label(cls, label: Any, config: BackendConfig) -> RolloutTask:
         """Parse a label (JSON object, integer seed, or None) with the config's defaults.
 
         Raises:
@@ -115,13 +116,13 @@ class GymAgentExecutor(AgentExecutorBase):
         self._ids = itertools.count()
 
     # ----- env reuse -----------------------------------------------------------------------------------------
-    async def _acquire(self, task: Task) -> gym.Env[Any, Any]:
+    async def _acquire(self, task: RolloutTask) -> gym.Env[Any, Any]:
         free = self._free.setdefault(task.env_key, [])
         if free:
             return free.pop()
         return await asyncio.to_thread(gym.make, task.env_id, **task.kwargs)
 
-    def _release(self, task: Task, env: gym.Env[Any, Any]) -> None:
+    def _release(self, task: RolloutTask, env: gym.Env[Any, Any]) -> None:
         self._free.setdefault(task.env_key, []).append(env)
 
     def close(self) -> None:
@@ -142,7 +143,7 @@ class GymAgentExecutor(AgentExecutorBase):
         llm_engine: Any,
         images: Any = None,
     ) -> dict[str, Any]:
-        task = Task.from_label(label, self.config)
+        task = RolloutTask.from_label(label, self.config)
         if task.seed is None:  # all rollouts of one prompt must play the same episode: seed from the prompt
             digest = hashlib.sha256(f"{prompt}\x00{label}".encode()).hexdigest()
             task = dataclasses.replace(task, seed=int(digest[:8], 16))
@@ -155,7 +156,7 @@ class GymAgentExecutor(AgentExecutorBase):
     async def _episode(
         self,
         env: gym.Env[Any, Any],
-        task: Task,
+        task: RolloutTask,
         prompt: str,
         label: Any,
         sampling_params: Any,
@@ -166,9 +167,9 @@ class GymAgentExecutor(AgentExecutorBase):
         obs, info = await asyncio.to_thread(env.reset, seed=task.seed, options=task.options)
         episode = None
         if self.config.sero:
-            from trainers.openrlhf.sero_rows import Episode
+            from trainers.openrlhf.sero_rows import SeroEpisode
 
-            episode = Episode(task, str(obs), jsonable(info))
+            episode = SeroEpisode(task, str(obs), jsonable(info), env)
         tokens = _tokenize(tokenizer, render_prompt(prompt, str(obs)))
         spec = getattr(engine, "spec", None) or RolloutSpec(group="")
         want_logprobs = getattr(sampling_params, "logprobs", None) is not None
@@ -275,4 +276,14 @@ class GymAgentExecutor(AgentExecutorBase):
             return responses
         from trainers.openrlhf.sero_rows import sero_group
 
-        return await sero_group(self, responses, episodes, actor, tokenizer, max_length, sampling_params)
+        try:
+            return await sero_group(self, responses, episodes, actor, tokenizer, max_length, sampling_params)
+        finally:  # the group is credited: release its snapshots in the envs that took them (SWE layers)
+            for ep in episodes:
+                if ep is not None:
+                    await asyncio.to_thread(discard_many, ep.env, ep.snapshots())
+
+    @property
+    def pending_episodes(self) -> int:
+        """Episodes kept with their snapshots until their group's `finish_group` (SERO)."""
+        return len(self._episodes)

@@ -4,17 +4,20 @@ Called by `GymAgentExecutor.finish_group` after a group's rollouts (one prompt, 
 vLLM rollout actor that ran them:
 
 1. the group's episodes (kept with their snapshots while ``--sero`` is on) become `envkit.core.Trajectory`s and
-   `oracles.sero.select_roots` picks roots on failed trajectories (deepest first, no known path to success);
-2. `oracles.sero.continue_from_root` restores each root (native snapshot, else verified replay) and lets the env's
+   `envkit.credit.sero.select_roots` picks roots on failed trajectories (deepest first, no known path to success);
+2. `envkit.credit.sero.continue_from_root` restores each root (native snapshot, else verified replay) and lets the env's
    oracle act in the live env; only continuations the env confirms as success are used;
 3. the oracle row is the failed rollout's tokens up to the root, then the oracle's actions (tokenised, EOS
    appended like a policy turn) and the env's observations; its policy-prefix turns keep weight 1 and each oracle
-   turn k gets ``trainers.reachability.reachability_weights`` from the policy's length-normalised log-likelihood
+   turn k gets ``envkit.credit.reachability.reachability_weights`` from the policy's length-normalised log-likelihood
    of the oracle actions (one prompt-logprobs pass of the live engine);
 4. the oracle row REPLACES the failed rollout it branched from, so the batch keeps exactly ``batch x n`` rows
    and OpenRLHF's batch arithmetic (train batch size, DeepSpeed accumulation) is untouched (the project's choice
    for this backend; the failed suffix after the root leaves the batch). At most ``roots_per_group`` rows and
    ``max_oracle_share`` of the group are replaced.
+
+Afterwards `GymAgentExecutor.finish_group` discards every snapshot of the group's episodes in the env that took
+it (`envkit.lifetime.discard_many`), whether or not SERO used them.
 """
 
 from __future__ import annotations
@@ -26,19 +29,25 @@ from typing import Any
 import numpy as np
 
 from envkit.core import Step, Trajectory
+from envkit.lifetime import taken_snapshots
 from trainers.openrlhf.config import BackendConfig
 from trainers.openrlhf.records import RESPONSE_KEY, RolloutRecord, Turn
 
 
 @dataclass
-class Episode:
+class SeroEpisode:
     """What the executor keeps of one rollout while SERO may still need it."""
 
     task: Any
     initial_observation: str
     initial_info: dict[str, Any]
+    env: Any = None  # the env instance that took the snapshots (they are discarded there)
     steps: list[Step] = field(default_factory=list)
     final_snapshot: Any = None
+
+    def snapshots(self) -> list[Any]:
+        """Every snapshot this episode took (before each step, and of its final state)."""
+        return taken_snapshots(self.steps, self.final_snapshot)
 
     def trajectory(self, success: bool) -> Trajectory:
         return Trajectory(
@@ -61,14 +70,15 @@ def _tokenize(tokenizer: Any, text: str) -> list[int]:
 async def sero_group(
     executor: Any,
     responses: list[dict],
-    episodes: list[Episode | None],
+    episodes: list[SeroEpisode | None],
     actor: Any,
     tokenizer: Any,
     max_length: int,
     sampling_params: Any,
 ) -> list[dict]:
     """The group's responses with up to ``roots_per_group`` failed rollouts replaced by oracle rows."""
-    from oracles.sero import SeroConfig, continue_from_root, job_for, select_roots
+    from envkit.credit.sero import select_roots
+    from oracles.continuation import continue_from_root, job_for
 
     cfg: BackendConfig = executor.config
     opts = cfg.sero_opts
@@ -77,9 +87,7 @@ async def sero_group(
         return responses
     horizon = cfg.max_turns or opts.oracle_max_steps
     trajs = [e.trajectory(rec.success) for e, rec in zip(episodes, records)]  # type: ignore[union-attr]
-    scfg = SeroConfig(
-        roots_per_group=opts.roots_per_group, horizon=horizon, p_floor=opts.p_floor, tau_w=opts.tau_w, w_min=opts.w_min
-    )
+    scfg = opts.sero_config(horizon)
     cap = min(opts.roots_per_group, int(np.floor(opts.max_oracle_share * len(responses))))
     out = list(responses)
     used: set[int] = set()
@@ -125,7 +133,7 @@ async def _oracle_row(
     sampling_params: Any,
 ) -> dict | None:
     """Tokens and record of one oracle row (None when it does not fit in ``max_length``)."""
-    from trainers.reachability import reachability_weights
+    from envkit.credit.reachability import reachability_weights
 
     tokens = list(response["observation_tokens"])
     if t < len(record.turns):

@@ -1,7 +1,7 @@
 """Per-turn advantages of one OpenRLHF rollout batch, from envkit's backend-agnostic maths (torch-free).
 
 The experience maker flattens OpenRLHF's micro-batches into `SampleRow`s (one per rollout) and calls
-`compute_turn_advantages`, which picks the estimator (``trainers.advantages``), EDEN's absorb
+`compute_turn_advantages`, which picks the estimator (``envkit.credit.advantages``), EDEN's absorb
 (``trainers.explorers.eden``), XRPO's sharpening (``trainers.explorers.xrpo``) and SERO's weights (carried by
 the records' turns), and returns, per row, one advantage and one loss weight per turn plus a keep flag.
 `trainers.openrlhf.experience` then spreads them over the tokens.
@@ -17,17 +17,17 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from trainers.advantages import (
+from envkit.credit.advantages import (
     StepTable,
     gigpo_advantages,
     graphgpo_advantages,
     group_advantages,
     zero_advantage_fraction,
 )
-from trainers.graph import TERMINAL_NODE
+from envkit.credit.graph import TERMINAL_NODE
+from envkit.credit.step_table import StepRows
 from trainers.openrlhf.config import BackendConfig
 from trainers.openrlhf.records import RolloutRecord, Turn
-from trainers.step_table import StepRows
 
 
 @dataclass(frozen=True)

@@ -171,7 +171,8 @@ def test_registered_id_passes_snapshot_check(alfworld_data, monkeypatch):
         report = envkit.check_snapshot_env(e, seed=0, max_steps=60)
         assert time.perf_counter() - t0 < 30
         assert set(report.rules) == {1, 2, 3, 4, 5, 6}
-        assert e.metadata["snapshot"] == "native" and e.metadata["snapshot_scope"] == "instance"
+        cap = e.metadata["snapshot_capability"]
+        assert e.metadata["snapshot"] == "native" and cap.scope == "instance" and cap.holds_resources
     finally:
         e.close()
 

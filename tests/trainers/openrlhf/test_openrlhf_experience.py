@@ -1,7 +1,7 @@
 """The experience-maker subclass on hand-built OpenRLHF ``Experience`` objects (real openrlhf 0.11.2 classes).
 
 - GRPO equals OpenRLHF's own group_norm path (its ``RemoteExperienceMaker``), KL-in-reward included;
-- GiGPO / GraphGPO, EDEN and SERO give the trainer-core values (``trainers.advantages``, ``trainers.explorers``);
+- GiGPO / GraphGPO, EDEN and SERO give the trainer-core values (``envkit.credit.advantages``, ``trainers.explorers``);
 - folding weights into advantages equals per-token loss weighting under the real ``PolicyLoss``.
 """
 
@@ -98,7 +98,7 @@ def test_grpo_equals_stock_group_norm(strategy_factory, with_records):
 
 def test_grpo_groups_from_records_not_from_layout(strategy_factory):
     """XRPO's variable groups: a group of 6 and a group of 2, interleaved; stock reshaping cannot express it."""
-    from trainers.advantages import group_advantages
+    from envkit.credit.advantages import group_advantages
     from trainers.openrlhf.config import BackendConfig
 
     strategy = strategy_factory(N_PER)
@@ -117,7 +117,7 @@ def test_grpo_groups_from_records_not_from_layout(strategy_factory):
 
 def _multi_turn(group_rewards, strategy, advantage, **adv_opts):
     """Multi-turn rows: each turn is 2 action tokens followed by 1 feedback token."""
-    from trainers.advantages import StepTable
+    from envkit.credit.advantages import StepTable
     from trainers.openrlhf.config import AdvantageOptions, BackendConfig
     from trainers.openrlhf.records import Turn
 
@@ -164,7 +164,7 @@ def _multi_turn(group_rewards, strategy, advantage, **adv_opts):
 
 @pytest.mark.parametrize("advantage", ["gigpo", "graphgpo"])
 def test_multi_turn_advantages_equal_trainer_core(strategy_factory, advantage):
-    from trainers.advantages import gigpo_advantages, graphgpo_advantages
+    from envkit.credit.advantages import gigpo_advantages, graphgpo_advantages
 
     strategy = strategy_factory(3)
     got, table, records = _multi_turn(None, strategy, advantage, gamma=0.9, gamma_g=0.2)
@@ -214,7 +214,7 @@ def test_eden_absorb_matches_trainer_core_and_drops_by_mask(strategy_factory):
 
 
 def test_sero_weights_scale_oracle_turns(strategy_factory):
-    from trainers.advantages import group_advantages
+    from envkit.credit.advantages import group_advantages
     from trainers.openrlhf.config import BackendConfig
     from trainers.openrlhf.records import Turn
 

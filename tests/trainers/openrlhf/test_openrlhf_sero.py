@@ -39,11 +39,11 @@ def test_oracle_rows_replace_failed_rollouts(tokenizer, share, n_rows):
     from vllm import SamplingParams
 
     import envkit  # noqa: F401
+    from envkit.credit.reachability import reachability_weights
     from trainers.openrlhf.config import BackendConfig, SeroOptions
     from trainers.openrlhf.gym_executor import GymAgentExecutor
     from trainers.openrlhf.records import RolloutRecord, RolloutSpec
     from trainers.openrlhf.rollout_actor import run_planned
-    from trainers.reachability import reachability_weights
 
     cfg = BackendConfig(
         env_id="envkit/Toy-v0", n_samples_per_prompt=4, max_turns=4, sero=True,

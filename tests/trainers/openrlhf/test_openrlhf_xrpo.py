@@ -106,7 +106,7 @@ def test_variable_groups_and_sharpening_equal_trainer_core(strategy_factory):
     from openrlhf.trainer.ppo_utils.experience import Experience
     from openrlhf.trainer.ppo_utils.kl_controller import FixedKLController
 
-    from trainers.advantages import group_advantages
+    from envkit.credit.advantages import group_advantages
     from trainers.explorers.xrpo import sharpen
     from trainers.openrlhf.config import BackendConfig
     from trainers.openrlhf.experience import EnvkitExperienceMaker

@@ -20,11 +20,13 @@ from typing import Any
 
 import numpy as np
 
+from envkit.credit.defaults import P_FLOOR, TAU_W, W_MIN
+
 __all__ = ["apply_sero_weights", "choice_logprob", "reachability_weights"]
 
 
 def reachability_weights(
-    loglik_per_action: Any, p_floor: float = 0.05, tau_w: float = 1.0, w_min: float = 0.05
+    loglik_per_action: Any, p_floor: float = P_FLOOR, tau_w: float = TAU_W, w_min: float = W_MIN
 ) -> np.ndarray:
     """Weights of one oracle continuation's steps.
 

@@ -1,33 +1,30 @@
-"""SERO: roots, restore, executable oracle continuations, GraphGPO credit and reachability weights.
+"""SERO's credit maths: root selection and GraphGPO credit with oracle continuations (METHODS.md section 4).
 
-METHODS.md section 4 (the steps marked *ours* there are this module's documented defaults):
+The steps marked *ours* in METHODS are this module's documented defaults (`SeroConfig`):
 
 1. `select_roots`: in a group with success rate < 1, the states on failed trajectories that have no known path to
    SUCCESS in the group's GraphGPO graph, deepest first, distinct states, at most ``roots_per_group``, each with
    at least ``min_budget`` steps of the episode budget (``horizon``) left. Terminal states are never roots.
-2. `continue_from_root` (in `oracles.continuation`, re-exported here; runs inside a pool worker through the
-   pool's ``call`` request): restore the root by
-   the env's native ``restore`` (which may itself fall back to verified replay: counted by
-   ``env.unwrapped.last_restore_kind``), or, when there is no usable snapshot, by replaying the action prefix from
-   the task's seed with every observation hash checked (`envkit.snapshot.replay`; a mismatch drops the root and is
-   counted as diverged). Then `oracles.base.run_oracle` lets the domain oracle act in the live env; only
-   continuations the env confirms as success are kept.
+2. Restore and continue (`oracles.continuation.continue_from_root`, inside a pool worker): native restore or
+   verified replay, then the domain oracle acts in the live env; only continuations the env confirms count.
 3. `credit_group`: the group's GraphGPO graph with the oracle transitions added (distances recomputed, so the
    policy's own earlier steps get finite distances), GraphGPO advantages for policy and oracle rows
-   (`trainers.advantages.graphgpo_advantages`).
-4. `reach_weights`: ``l_j`` from a policy `oracles.scorers.Scorer` (length-normalised, or the admissible-choice
-   variant), then `trainers.reachability.reachability_weights` (floor, temperature, minimum).
+   (`envkit.credit.advantages.graphgpo_advantages`).
+4. Reachability weights of oracle steps: `envkit.credit.reachability.reachability_weights`, with ``l_j`` from a
+   policy scorer (`oracles.reach_weights.reach_weights`).
 
-`oracles.pipeline` strings these together for the ``envkit-oracle rollout`` command.
+`oracles.pipeline` strings these together for the ``envkit-oracle rollout`` command; the local trainer
+(`trainers.local_sero`) and the OpenRLHF backend (`trainers.openrlhf.sero_rows`) call them per group.
 
 Example:
-    >>> from envkit.pool import EnvFactory, make_pool
-    >>> from envkit.policies import RandomAdmissiblePolicy
-    >>> from envkit.rollout import Task, rollout
-    >>> with make_pool(EnvFactory("envkit/Toy-v0", {"max_steps": 6}), 2, "inprocess") as pool:
-    ...     group = rollout(RandomAdmissiblePolicy(0), pool, [Task("t", seed=3)] * 4)
-    ...     roots = select_roots(group, group=0, config=SeroConfig(horizon=6))
-    ...     outs = run_continuations(pool, [job_for(r, group[r.trajectory], "envkit/Toy-v0", 6) for r in roots])
+    >>> from envkit.core import Step, Trajectory
+    >>> def walk(states, success):
+    ...     steps = [Step(a, "go", float(success and b == states[-1]), b, False, False, {})
+    ...              for a, b in zip(states, states[1:])]
+    ...     return Trajectory("envkit/Toy-v0", "t", 0, {}, states[0], {}, tuple(steps), success)
+    >>> group = [walk(["s0", "s1", "win"], True), walk(["s0", "x1", "x2"], False)]
+    >>> [(r.trajectory, r.t, r.observation) for r in select_roots(group, group=0, config=SeroConfig(horizon=6))]
+    [(1, 2, 'x2'), (1, 1, 'x1')]
 """
 
 from __future__ import annotations
@@ -35,47 +32,37 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
-
-import numpy as np
+from typing import Any, Literal, Protocol
 
 from envkit.core import Root, Step, Trajectory
-from envkit.policies import PolicyInput
-from oracles.continuation import (
-    ContinuationJob,
-    ContinuationOutcome,
-    OwnerTrackingPool,
-    continue_from_root,
-    continue_many,
-    job_for,
-    replay_state_at,
-    run_continuations,
-)
-from oracles.scorers import Scorer
-from trainers.advantages import graphgpo_advantages
-from trainers.graph import SUCCESS_NODE, TransitionGraph, build_transition_graph
-from trainers.reachability import choice_logprob, reachability_weights
-from trainers.step_table import StepRows
+from envkit.credit.advantages import graphgpo_advantages
+from envkit.credit.defaults import GAMMA_G, P_FLOOR, TAU_W, W_MIN
+from envkit.credit.graph import SUCCESS_NODE, TransitionGraph, build_transition_graph
+from envkit.credit.reachability import reachability_weights
+from envkit.credit.step_table import StepRows
 
 __all__ = [
-    "ContinuationJob",
-    "ContinuationOutcome",
-    "OwnerTrackingPool",
+    "Continued",
     "RowCredit",
     "SeroConfig",
-    "Weighted",
-    "continue_from_root",
-    "continue_many",
     "credit_group",
     "group_transitions",
-    "job_for",
-    "oracle_turns",
-    "reach_weights",
     "reaching_success",
-    "replay_state_at",
-    "run_continuations",
     "select_roots",
 ]
+
+
+class Continued(Protocol):
+    """What `credit_group` reads of a continuation (`oracles.continuation.ContinuationOutcome` is one)."""
+
+    @property
+    def root(self) -> Root: ...
+
+    @property
+    def steps(self) -> Sequence[Step]: ...
+
+    @property
+    def success(self) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -99,11 +86,11 @@ class SeroConfig:
     roots_per_group: int = 2
     min_budget: int = 2
     horizon: int = 15
-    p_floor: float = 0.05
-    tau_w: float = 1.0
-    w_min: float = 0.05
+    p_floor: float = P_FLOOR
+    tau_w: float = TAU_W
+    w_min: float = W_MIN
     weighting: Literal["sequence", "choice"] = "sequence"
-    gamma_g: float = 0.10
+    gamma_g: float = GAMMA_G
     terminal_reward: float = 10.0
     oracle_kwargs: Mapping[str, Any] = field(default_factory=dict)
 
@@ -201,72 +188,6 @@ def select_roots(
     return roots
 
 
-# ----- 4. reachability weights --------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class Weighted:
-    """Reachability weights of one continuation.
-
-    Attributes:
-        loglik: l_j of each oracle action (the value the weight formula used).
-        weights: w_k of each oracle step (the first is 1).
-        choice_fallbacks: Steps where the choice variant fell back to the sequence variant (the oracle's action
-            was not among the admissible actions).
-    """
-
-    loglik: tuple[float, ...]
-    weights: tuple[float, ...]
-    choice_fallbacks: int = 0
-
-
-def oracle_turns(prefix: Sequence[Step], outcome: ContinuationOutcome, task_id: str) -> list[PolicyInput]:
-    """The policy's view of each oracle step: observation, info before the action, history so far."""
-    history = [
-        s
-        if s.snapshot is None
-        else Step(
-            s.observation, s.action, s.reward, s.next_observation, s.terminated, s.truncated, s.info, None, s.is_oracle
-        )
-        for s in prefix
-    ]
-    turns = []
-    info = outcome.root_info
-    for st in outcome.steps:
-        turns.append(PolicyInput(st.observation, info, tuple(history), task_id))
-        history.append(st)
-        info = st.info
-    return turns
-
-
-def reach_weights(
-    scorer: Scorer, prefix: Sequence[Step], outcome: ContinuationOutcome, config: SeroConfig, task_id: str = ""
-) -> Weighted:
-    """l_j from the scorer, then `trainers.reachability.reachability_weights` (METHODS section 4, step 5)."""
-    if not outcome.steps:
-        return Weighted((), ())
-    turns = oracle_turns(prefix, outcome, task_id)
-    actions = [s.action for s in outcome.steps]
-    fallbacks = 0
-    if config.weighting == "sequence":
-        ll = scorer.loglik(turns, actions)
-    else:
-        ll = []
-        need: list[int] = []
-        for j, (x, a) in enumerate(zip(turns, actions, strict=True)):
-            cands = [str(c) for c in x.info.get("admissible_actions") or []]
-            if a in cands:
-                ll.append(choice_logprob(scorer.sequence_logprobs(x, cands), cands.index(a)))
-            else:
-                ll.append(0.0)
-                need.append(j)
-        if need:
-            fallbacks = len(need)
-            seq = scorer.loglik([turns[j] for j in need], [actions[j] for j in need])
-            for j, v in zip(need, seq, strict=True):
-                ll[j] = v
-    w = reachability_weights(np.asarray(ll, dtype=np.float64), config.p_floor, config.tau_w, config.w_min)
-    return Weighted(tuple(float(v) for v in ll), tuple(float(v) for v in w), fallbacks)
-
-
 # ----- 3. GraphGPO credit with the oracle transitions -------------------------------------------------------------
 @dataclass(frozen=True)
 class RowCredit:
@@ -290,7 +211,7 @@ class RowCredit:
 
 
 def credit_group(
-    trajs: Sequence[Trajectory], continuations: Sequence[ContinuationOutcome], config: SeroConfig
+    trajs: Sequence[Trajectory], continuations: Sequence[Continued], config: SeroConfig
 ) -> tuple[dict[tuple[int, int], RowCredit], dict[tuple[int, int], RowCredit]]:
     """GraphGPO credit of one group before and after adding successful continuations (METHODS 3 and 4.4).
 

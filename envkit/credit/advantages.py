@@ -7,10 +7,10 @@ API summary (numpy in, numpy out; N = rows, G = rollouts in a group):
     StepTable(...)                                                    flat table of multi-turn step rows
     gigpo_advantages(table, *, gamma, omega, episode_stats, norm, invalid_penalty, eps) -> GigpoResult
     graphgpo_advantages(table, *, gamma_g, beta_g, beta_e, reward_scale, ..., extra_transitions) -> GraphgpoResult
-    build_transition_graph(transitions) -> TransitionGraph            (re-exported from trainers.graph)
-    distances_to_success(graph) -> dict[node, int]                    (re-exported from trainers.graph)
-    reachability_weights(loglik_per_action (K,), p_floor, tau_w, w_min) -> (K,)   (trainers.reachability)
-    choice_logprob(action_seq_logprobs (A,), chosen_index) -> float               (trainers.reachability)
+    build_transition_graph(transitions) -> TransitionGraph            (re-exported from envkit.credit.graph)
+    distances_to_success(graph) -> dict[node, int]                    (re-exported from envkit.credit.graph)
+    reachability_weights(loglik_per_action (K,), p_floor, tau_w, w_min) -> (K,)   (envkit.credit.reachability)
+    choice_logprob(action_seq_logprobs (A,), chosen_index) -> float               (envkit.credit.reachability)
     apply_sero_weights(advantages (N,) or (N, T), weights (N,)) -> same shape as advantages
 
 Conventions (METHODS.md preamble): ``norm(v) = (v - mean(v)) / (std(v) + eps)`` with the unbiased std
@@ -31,9 +31,16 @@ from typing import Any, Literal
 
 import numpy as np
 
-from trainers.graph import SUCCESS_NODE, TERMINAL_NODE, TransitionGraph, build_transition_graph, distances_to_success
-from trainers.reachability import apply_sero_weights, choice_logprob, reachability_weights
-from trainers.step_table import StepTable, factorize
+from envkit.credit.defaults import GAMMA_G
+from envkit.credit.graph import (
+    SUCCESS_NODE,
+    TERMINAL_NODE,
+    TransitionGraph,
+    build_transition_graph,
+    distances_to_success,
+)
+from envkit.credit.reachability import apply_sero_weights, choice_logprob, reachability_weights
+from envkit.credit.step_table import StepTable, factorize
 
 __all__ = [
     "ESTIMATORS",
@@ -314,7 +321,7 @@ class GraphgpoResult:
 def graphgpo_advantages(
     table: StepTable,
     *,
-    gamma_g: float = 0.10,
+    gamma_g: float = GAMMA_G,
     beta_g: float = 1.0,
     beta_e: float = 1.0,
     reward_scale: float = 10.0,
@@ -331,7 +338,9 @@ def graphgpo_advantages(
     (unit costs), unreachable nodes ``d_max + 1``, every node 1 when the group has no success. Each row gets
     ``R_G = reward_scale * gamma_g ** d(s')`` for its next state s' (minus ``invalid_penalty`` when invalid),
     normalised within the group's same-state rows, and ``A = beta_G * A_G + beta_E * A_E`` with A_E GiGPO's
-    episode advantage.
+    episode advantage. The invalid penalty stays in ``R_G`` (a decision, as in GiGPO's episode and step parts):
+    a group with no success has ``A_G = 0`` exactly when none of its rows is invalid; otherwise ``A_G`` only
+    separates invalid rows from valid ones that share their state.
 
     Args:
         table: Step rows of all groups.

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from trainers.graph import SUCCESS_NODE, TERMINAL_NODE
+from envkit.credit.graph import SUCCESS_NODE, TERMINAL_NODE
 
 if TYPE_CHECKING:
     from envkit.core import Trajectory

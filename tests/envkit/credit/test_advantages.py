@@ -1,4 +1,4 @@
-"""Exact-value tests of trainers.advantages on hand-computed tables (METHODS sections 1-4)."""
+"""Exact-value tests of envkit.credit.advantages on hand-computed tables (METHODS sections 1-4)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from trainers.advantages import (
+from envkit.credit.advantages import (
     SUCCESS_NODE,
     TERMINAL_NODE,
     StepTable,
@@ -206,6 +206,21 @@ def test_graphgpo_all_success_prefers_shorter_path_and_all_fail_is_zero():
     np.testing.assert_allclose(res.advantages, [2.5, -2.5, 0.0])
     fail = StepTable(group=[0] * 3, trajectory=[0, 1, 1], step=[0, 0, 1], state=["a", "a", "b"], reward=[0, 0, 0])
     assert np.all(graphgpo_advantages(fail).advantages == 0.0)
+
+
+def test_graphgpo_no_success_group_graph_advantage_is_only_the_invalid_penalty():
+    # Decision (docs/training.md, envkit.credit.advantages): the invalid penalty stays in R_G. A group with no success
+    # has every d = 1, so its graph advantage is exactly 0 when no action is invalid and otherwise only
+    # separates invalid rows from valid ones in the same state (as GiGPO's episode and step parts do).
+    kw = {"group": [0] * 4, "trajectory": [0, 0, 1, 1], "step": [0, 1, 0, 1], "state": ["a", "b", "a", "b"]}
+    valid = StepTable(**kw, reward=[0, 0, 0, 0])
+    res = graphgpo_advantages(valid, gamma_g=0.5, norm="mean", invalid_penalty=0.1)
+    assert np.all(res.graph_adv == 0.0) and np.all(res.advantages == 0.0)
+    bad = StepTable(**kw, reward=[0, 0, 0, 0], invalid=[False, False, True, False])
+    res = graphgpo_advantages(bad, gamma_g=0.5, norm="mean", invalid_penalty=0.1)
+    np.testing.assert_array_equal(res.distance, [1, 1, 1, 1])
+    np.testing.assert_allclose(res.step_reward, [5.0, 5.0, 4.9, 5.0])
+    np.testing.assert_allclose(res.graph_adv, [0.05, 0.0, -0.05, 0.0], atol=1e-12)
 
 
 def test_graphgpo_extra_transitions_for_sero():

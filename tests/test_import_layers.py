@@ -1,0 +1,101 @@
+"""Layers only point down: envkit <- envs <- oracles <- trainers, serve <- interop <- scripts (ARCHITECTURE.md).
+
+Every module's imports are read with `ast` (module-level and lazy ones inside functions alike), so an upward
+import fails here even when it only runs on some code path. Inside `envs`, the shared modules (directly under
+``envs/``) import no domain, and a domain imports no other domain. `envkit` imports only the standard library,
+numpy and gymnasium at module level (anything heavier is imported lazily where it is used).
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+# serve (the env server) and trainers both sit on oracles; interop (adapters to other frameworks) on both.
+RANK = {"envkit": 0, "envs": 1, "oracles": 2, "trainers": 3, "serve": 3, "interop": 4, "scripts": 5}
+ENVKIT_THIRD_PARTY = {"numpy", "gymnasium"}
+
+
+def _imports(path: Path) -> Iterator[tuple[int, str, bool]]:
+    """(line, imported module, at module level) of every absolute import in the file."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    top = {id(n) for n in tree.body}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name, id(node) in top
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            yield node.lineno, node.module, id(node) in top
+
+
+def _modules() -> list[Path]:
+    return sorted(p for pkg in RANK for p in (ROOT / pkg).rglob("*.py"))
+
+
+def _envs_domain(parts: tuple[str, ...]) -> str | None:
+    """The domain subpackage (``envs/<domain>/``) of a file path's or a dotted module's parts; None for a shared
+    module directly under ``envs/``."""
+    if len(parts) > 2:
+        return parts[1]
+    return parts[1] if len(parts) == 2 and (ROOT / "envs" / parts[1]).is_dir() else None
+
+
+def _violations(path: Path) -> list[str]:
+    rel = path.relative_to(ROOT)
+    pkg = rel.parts[0]
+    out = []
+    for line, module, module_level in _imports(path):
+        parts = tuple(module.split("."))
+        top = parts[0]
+        where = f"{rel}:{line}: import {module}"
+        if top in RANK and RANK[top] > RANK[pkg]:
+            out.append(f"{where} points up ({pkg} -> {top})")
+        if pkg == "envs" and top == "envs" and len(parts) > 1:
+            mine, theirs = _envs_domain(rel.parts), _envs_domain(parts)
+            if theirs is not None and theirs != mine:
+                kind = "a shared envs module imports a domain" if mine is None else "one domain imports another"
+                out.append(f"{where}: {kind} (move what both need to envs/ or envkit/)")
+        if pkg == "envkit" and module_level and top not in RANK and top not in sys.stdlib_module_names:
+            if top not in ENVKIT_THIRD_PARTY and top != "__future__":
+                out.append(f"{where}: envkit imports only stdlib, numpy and gymnasium at module level (import lazily)")
+    return out
+
+
+def test_every_module_imports_only_downward():
+    bad = [v for path in _modules() for v in _violations(path)]
+    assert not bad, "upward or sideways imports:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize(
+    ("pkg", "source", "expected"),
+    [
+        ("oracles", "def f():\n    from trainers.models import load_model\n", "points up (oracles -> trainers)"),
+        ("envs", "import oracles.base\n", "points up (envs -> oracles)"),
+        ("envkit", "import torch\n", "import lazily"),
+        ("envkit", "def f():\n    import torch\n", None),
+        ("trainers", "from envkit.credit.sero import select_roots\n", None),
+    ],
+)
+def test_the_check_sees_lazy_and_module_level_imports(tmp_path, monkeypatch, pkg, source, expected):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    path = tmp_path / pkg / "m.py"
+    path.parent.mkdir()
+    path.write_text(source)
+    found = _violations(path)
+    assert (found == []) if expected is None else (len(found) == 1 and expected in found[0])
+
+
+def test_envs_domains_do_not_import_each_other(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "ROOT", tmp_path)
+    shared = tmp_path / "envs" / "shared.py"
+    domain = tmp_path / "envs" / "code" / "env.py"
+    domain.parent.mkdir(parents=True)
+    shared.write_text("from envs.math.verdict import Verdict\n")
+    domain.write_text("from envs.math.verdict import Verdict\nfrom envs.code.x import y\nfrom envs.verdict import V\n")
+    assert ["a shared envs module imports a domain" in v for v in _violations(shared)] == [True]
+    assert ["one domain imports another" in v for v in _violations(domain)] == [True]
