@@ -5,7 +5,7 @@ Commands:
                                 (defaults: WebShop with its embedded catalog, random policy, 32 tasks x 8 rollouts)
     ``envkit-oracle inspect FILE``   print a run's summary (works on a killed run's journal too)
     ``envkit-oracle export FILE``    write a `datasets`-loadable SFT or RL dataset from a run
-    ``envkit-oracle envs``      list the registered env ids, their extra, and whether it is installed
+    ``envkit-oracle envs``      list the registered env ids, their extra, and whether each can start here
 
 Every option is documented in ``--help`` with its default.
 """
@@ -316,25 +316,30 @@ def export(
 
 @app.command()
 def envs() -> None:
-    """List the registered env ids, the extra each needs, and whether it is installed here."""
-    from envkit.registration import ENVS
+    """List the registered env ids, the extra each needs, and whether it can start here (and if not, the fix).
 
-    table = Table(title="envkit environments")
-    for col in ("id", "extra", "installed", "data", "oracle", "description"):
-        table.add_column(col)
+    "usable" checks what the env needs to start: its extra's Python packages, the programs it runs (Chromium,
+    bubblewrap), root for sandboxes, its data directory, and that its module imports.
+    """
+    from envkit.errors import EnvkitError
+    from envkit.registration import ENVS, missing
     from oracles.base import ORACLES
 
+    table = Table(title="envkit environments")
+    for col in ("id", "extra", "usable", "data", "oracle", "description"):
+        table.add_column(col)
     for e in ENVS.values():
-        module = e.entry_point.partition(":")[0]
-        try:
-            importlib.import_module(module)
-            ok = "yes"
-        except ImportError as exc:
-            ok = f"no ({type(exc).__name__})"
+        why = missing(e)
+        if not why:
+            try:
+                importlib.import_module(e.entry_point.partition(":")[0])
+            except (ImportError, EnvkitError) as exc:
+                why.append(f"import failed ({type(exc).__name__}: {exc})")
+        ok = "yes" if not why else "no: " + "; ".join(why)
         data = (
             "-" if not e.needs_data else f"${e.needs_data}" + (" (set)" if os.environ.get(e.needs_data) else " (unset)")
         )
-        table.add_row(e.id, e.extra or "-", ok, data, ORACLES.get(e.id, "-"), e.description)
+        table.add_row(e.id, e.extra or "-", escape(ok), data, ORACLES.get(e.id, "-"), e.description)
     out_console.print(table)
 
 

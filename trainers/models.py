@@ -152,7 +152,12 @@ def model_cache() -> Path:
 
 
 def gguf_to_folder(gguf: Path, out: Path | None = None) -> Path:
-    """Convert a GGUF file once to a normal Hugging Face folder (dequantised float32) and return the folder."""
+    """Convert a GGUF file once to a normal Hugging Face folder (dequantised float32) and return the folder.
+
+    Works on every transformers version the project allows: newer releases (5.2x) refuse `save_pretrained` on a
+    model loaded from GGUF ("quantized with gguf and is not serializable"), so the weights are moved into a
+    model built from the GGUF's config with its ``quantization_config`` dropped, which saves as a plain folder.
+    """
     out = out or model_cache() / gguf.stem.split(".")[0]
     if (out / "config.json").exists():
         return out
@@ -161,11 +166,30 @@ def gguf_to_folder(gguf: Path, out: Path | None = None) -> Path:
     torch = require("torch", "train", what="the local trainer")
     transformers = require("transformers", "train", what="the local trainer")
     tok = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    tmp = out.with_name(out.name + ".tmp")
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    config = transformers.AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    # A tied output embedding may be absent from the GGUF's tensors; anything else must match.
+    bad = [k for k in missing if not (k.endswith("lm_head.weight") and config.tie_word_embeddings)]
+    if bad or unexpected:
+        raise ValueError(f"GGUF {gguf} does not match its own config: missing {bad[:5]}, unexpected {unexpected[:5]}")
+    model.generation_config = loaded.generation_config
+    del loaded
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    tmp.rename(out)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process finished the same conversion first
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (out / "config.json").exists():
+            raise
     return out
 
 

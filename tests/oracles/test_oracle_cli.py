@@ -113,6 +113,22 @@ def test_envs_lists_ids_with_status():
     assert "envkit/Toy-v0" in res.output and "envkit/ALFWorld-v0" in res.output and "yes" in res.output
 
 
+def test_envs_reports_an_env_unusable_when_a_program_it_runs_is_missing(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    res = runner.invoke(app, ["envs"], env={"COLUMNS": "400", "NO_COLOR": "1"})
+    assert res.exit_code == 0
+    rows = {line.split("│")[1].strip(): line for line in _raw_rows(res.output)}
+    assert "no: program(s) chromium|chromium-browser, chromedriver not on PATH" in _plain(
+        rows["envkit/WebShopBrowser-v0"]
+    )
+    assert "no: program(s) bwrap, setpriv, bash, git not on PATH" in _plain(rows["envkit/SWE-v0"])
+    assert "│ yes" in rows["envkit/Toy-v0"]
+
+
+def _raw_rows(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("│ envkit/")]
+
+
 def test_rollout_inspect_export_and_datasets_load(tmp_path):
     import datasets
 

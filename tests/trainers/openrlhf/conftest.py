@@ -13,13 +13,25 @@ Everything else is real: openrlhf 0.11.2, ray, deepspeed, transformers, torch, e
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
+
+# Without openrlhf (or torch) every test of this folder skips with the fix; under CI=true the skip is a failure.
+for _mod in ("torch", "openrlhf", "deepspeed", "ray"):
+    if importlib.util.find_spec(_mod) is None:
+        pytest.skip(
+            f"the OpenRLHF backend tests need {_mod!r}, which is not installed: run scripts/setup.sh "
+            "(on a CPU machine it installs openrlhf==0.11.2 with --no-deps plus what its modules import; "
+            "see .ci/install.d/30-openrlhf.sh)",
+            allow_module_level=True,
+        )
+
+import torch  # noqa: E402
 
 #: Stub sources. They provide the names OpenRLHF imports at module level and nothing that computes.
 STUB_FILES: dict[str, str] = {
