@@ -86,7 +86,8 @@ class TrainConfig:
         sft_lr: Warm-up learning rate.
         init_from: A checkpoint or model folder whose weights start the run (branch arms from one warm-up).
         save_every: Checkpoint every N steps (0: only at the end).
-        keep_checkpoints: Checkpoints kept on disk.
+        keep_checkpoints: Checkpoints kept on disk (the newest N; older ones are deleted as new ones land). One
+            checkpoint is the fp32 weights plus AdamW's two moments: about 3x the model (SmolLM2-135M: ~1.6 GB).
         resume: Continue from the latest checkpoint in run_dir.
         tensorboard: Also log to TensorBoard.
         plot: Write curves.png at the end.
@@ -118,7 +119,7 @@ class TrainConfig:
     sft_lr: float = 3e-3
     init_from: str | None = None
     save_every: int = 0
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = 1
     resume: bool = False
     tensorboard: bool = True
     plot: bool = True
@@ -128,6 +129,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.steps < 0 or self.prompts_per_step < 1 or self.group_size < 1:
             raise ValueError("TrainConfig: steps must be >= 0, prompts_per_step and group_size >= 1")
+        if self.keep_checkpoints < 1 or self.save_every < 0:
+            raise ValueError("TrainConfig: keep_checkpoints must be >= 1 and save_every >= 0")
         if self.max_new_tokens < 1 or self.temperature <= 0:
             raise ValueError("TrainConfig: max_new_tokens must be >= 1 and temperature > 0")
         try:
