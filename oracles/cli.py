@@ -189,6 +189,13 @@ def rollout(
     except EnvkitError as exc:
         raise _fail(str(exc)) from exc
     print_summary(summary, title=f"SERO run -> {out}")
+    journal = Path(out).with_name(Path(out).name + ".journal.jsonl")
+    if journal.exists():
+        size = journal.stat().st_size / 1e6
+        print(  # plain print: a path must not be wrapped
+            f"journal: {journal} ({size:.1f} MB, uncompressed JSON of every record): the resumable copy that "
+            "re-running the command resumes or extends (--tasks); delete it once the run is final"
+        )
 
 
 def print_summary(summary: dict[str, Any], title: str = "SERO run") -> None:

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 from tqdm import tqdm
 
+from envkit.progress import ProgressLines, is_terminal
 from trainers.advantages import group_advantages, zero_advantage_fraction
 from trainers.agent_batch import collect_agent_batch
 from trainers.agent_eden import AgentEdenDriver
@@ -283,12 +284,20 @@ class LocalTrainer:
         """Run steps start_step+1 .. cfg.steps, logging, checkpointing and plotting; returns the records."""
         cfg = self.cfg
         records = []
-        bar = tqdm(range(self.start_step + 1, cfg.steps + 1), desc="train", disable=not cfg.progress)
+        steps = range(self.start_step + 1, cfg.steps + 1)
+        tty = is_terminal()  # piped or redirected: plain progress lines instead of a bar
+        bar = tqdm(steps, desc="train", disable=not (cfg.progress and tty))
+        lines = (
+            ProgressLines("train steps", total=cfg.steps, done=self.start_step) if cfg.progress and not tty else None
+        )
         try:
             for step in bar:
                 metrics = self.step(step)
                 records.append(self.logger.log(step, metrics))
-                bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", zero=f"{metrics['zero_adv_fraction']:.2f}")
+                post = dict(reward=f"{metrics['reward_mean']:.3f}", zero=f"{metrics['zero_adv_fraction']:.2f}")
+                bar.set_postfix(**post)
+                if lines is not None:
+                    lines.advance(1, note=", ".join(f"{k} {v}" for k, v in post.items()))
                 if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps:
                     self.save(step)
         finally:

@@ -247,3 +247,18 @@ def test_sigkill_and_resume_gives_the_identical_file(tmp_path):
     whole = tmp_path / "whole.parquet"
     run(RunConfig(**cfg, out=str(whole)))
     assert killed.read_bytes() == whole.read_bytes()
+
+
+def test_piped_rollout_prints_progress_lines_and_the_journal(tmp_path):
+    # stdout is a pipe here: no live bar can draw, so plain progress lines go to stderr.
+    repo = Path(__file__).resolve().parents[2]
+    out = tmp_path / "toy.parquet"
+    cmd = [sys.executable, "-m", "oracles.cli", "rollout", *TOY, "--tasks", "4", "--group", "2", "--out", str(out)]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(repo)}
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [x for x in done.stderr.splitlines() if x.startswith("SERO tasks: ")]
+    assert lines[0] == "SERO tasks: 0/4 (0%) 0 s elapsed | starting"
+    assert lines[-1].startswith("SERO tasks: 4/4 (100%) ") and "rescued " in lines[-1]
+    assert f"journal: {out}.journal.jsonl (" in _plain(done.stdout)

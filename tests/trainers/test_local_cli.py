@@ -112,3 +112,22 @@ def test_env_that_cannot_start_here_says_why(tmp_path):
 def test_failure_while_building_the_trainer_is_one_line_and_leaves_no_folder(tmp_path):
     err = _train(["--task", "arith", "--init-from", str(tmp_path / "no_ckpt")], tmp_path)
     assert err.strip() == f"error: no *.safetensors weights in {tmp_path / 'no_ckpt'}"
+
+
+def test_piped_training_prints_progress_lines(tmp_path):
+    import os
+    import subprocess
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[2]
+    args = ["local", "--task", "arith", "--model.hidden-size", "16", "--model.layers", "1", "--model.heads", "2",
+            "--steps", "2", "--prompts-per-step", "2", "--group-size", "2", "--tensorboard", "False",
+            "--plot", "False", "--run-dir", str(tmp_path / "run")]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "trainers.cli", *args], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    lines = [x for x in done.stderr.splitlines() if x.startswith("train steps: ")]
+    assert lines and lines[-1].startswith("train steps: 2/2 (100%) ") and "reward " in lines[-1]
+    assert f"run folder: {tmp_path / 'run'}" in done.stdout
