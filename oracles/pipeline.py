@@ -56,14 +56,14 @@ HORIZONS: dict[str, int] = {
     "envkit/Toy-v0": 20,
     "envkit/SWE-v0": 30,
 }
-#: Budget a root needs (METHODS: >= 2); long-horizon oracles need more to finish (ours, measured on ALFWorld).
+#: Budget a root needs (docs/methods.md: >= 2); long-horizon oracles need more to finish (ours, measured on ALFWorld).
 MIN_BUDGETS: dict[str, int] = {
     "envkit/WebShop-v0": 8,
     "envkit/WebShopBrowser-v0": 8,
     "envkit/ALFWorld-v0": 20,
     "envkit/SWE-v0": 8,
 }
-#: GraphGPO distance discounts (METHODS section 3).
+#: GraphGPO distance discounts (docs/methods.md section 3).
 GAMMA_G: dict[str, float] = {"envkit/WebShop-v0": 0.20, "envkit/WebShopBrowser-v0": 0.20}
 
 

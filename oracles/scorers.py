@@ -1,7 +1,7 @@
 """Policy scorers: how likely the current policy is to take an action (SERO's reachability weights).
 
 A scorer returns, for each (turn, action) pair, the policy's *length-normalised* log-likelihood of the action
-text given the turn's prompt (mean log-probability per action token, no gradient): ``l_j`` of METHODS section 4.
+text given the turn's prompt (mean log-probability per action token, no gradient): ``l_j`` of docs/methods.md section 4.
 For the admissible-choice variant it also returns *sequence* log-probabilities (sums over tokens) of every
 candidate action, which `trainers.reachability.choice_logprob` turns into a softmax choice probability.
 

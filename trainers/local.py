@@ -13,7 +13,7 @@ Python:
 
 Single-turn tasks (``arith``, ``envkit/Math-v0``, ``envkit/Code-v0``) sample `prompts_per_step` prompts and a
 group of rollouts each; multi-turn envs (any other envkit id) play `prompts_per_step` tasks with `group_size`
-episodes each, token-in/token-out (`trainers.multi_turn`). Each step logs the metrics of METHODS section 7 to
+episodes each, token-in/token-out (`trainers.multi_turn`). Each step logs the metrics of docs/methods.md section 7 to
 ``<run_dir>/metrics.jsonl`` and TensorBoard; checkpoints go to ``<run_dir>/checkpoints`` (``--resume``
 continues the latest one exactly: every step's randomness derives from (seed, step)); ``<run_dir>/curves.png``
 plots the run at the end.

@@ -44,7 +44,7 @@ from trainers.tasks import Problem, Task
 
 
 class AnchorSelection:
-    """EDEN's anchor-bank selection (METHODS section 5, ours): score candidate tokens by noisy rollouts.
+    """EDEN's anchor-bank selection (docs/methods.md section 5, ours): score candidate tokens by noisy rollouts.
 
     Subclasses set ``model``, ``tok``, ``cfg`` (EdenConfig), ``tcfg`` and ``relaxed``, and say what a training
     prompt is (`_selection_items`) and how its rollouts score (`_rollouts`).
