@@ -44,7 +44,13 @@ def openrlhf(ctx: typer.Context) -> None:
 
 def run_openrlhf(argv: Sequence[str]) -> int:
     """Import `trainers.openrlhf.entry` lazily and run its ``main`` on the raw arguments."""
-    entry = importlib.import_module("trainers.openrlhf.entry")
+    try:
+        entry = importlib.import_module("trainers.openrlhf.entry")
+    except ImportError as exc:
+        _fail(
+            f"envkit-train openrlhf cannot import its backend ({exc}): on a GPU machine "
+            "pip install -c constraints.txt -e '.[openrlhf]' (docs/openrlhf.md)"
+        )
     return int(entry.main(list(argv)) or 0)
 
 

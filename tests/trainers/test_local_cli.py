@@ -131,3 +131,13 @@ def test_piped_training_prints_progress_lines(tmp_path):
     lines = [x for x in done.stderr.splitlines() if x.startswith("train steps: ")]
     assert lines and lines[-1].startswith("train steps: 2/2 (100%) ") and "reward " in lines[-1]
     assert f"run folder: {tmp_path / 'run'}" in done.stdout
+
+
+def test_openrlhf_backend_that_cannot_import_is_one_error_line(monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "trainers.openrlhf.entry", None)  # its import fails as without openrlhf
+    with pytest.raises(SystemExit) as exc:
+        cli.main(["openrlhf", "--explorer", "none"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: envkit-train openrlhf cannot import its backend (")
+    assert "pip install -c constraints.txt -e '.[openrlhf]'" in err
