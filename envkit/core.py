@@ -126,7 +126,7 @@ class Trajectory:
 
 @dataclass(frozen=True)
 class Root:
-    """A state a policy reached, from which an oracle may take over (SERO, METHODS section 4).
+    """A state a policy reached, from which an oracle may take over (SERO, docs/methods.md section 4).
 
     Attributes:
         group: Index of the task group.
@@ -161,7 +161,7 @@ class Continuation:
         steps: The oracle's transitions in the live env (``is_oracle`` is True on each).
         success: The env itself confirmed success at the end.
         restored_by: ``"native"`` or ``"replay"``.
-        weights: Reachability weight of each oracle step (METHODS section 4), filled by SERO.
+        weights: Reachability weight of each oracle step (docs/methods.md section 4), filled by SERO.
         reason: Why it stopped without success (empty on success).
     """
 

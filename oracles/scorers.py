@@ -1,7 +1,7 @@
 """Policy scorers: how likely the current policy is to take an action (SERO's reachability weights).
 
 A scorer returns, for each (turn, action) pair, the policy's *length-normalised* log-likelihood of the action
-text given the turn's prompt (mean log-probability per action token, no gradient): ``l_j`` of METHODS section 4.
+text given the turn's prompt (mean log-probability per action token, no gradient): ``l_j`` of docs/methods.md section 4.
 For the admissible-choice variant it also returns *sequence* log-probabilities (sums over tokens) of every
 candidate action, which `envkit.credit.reachability.choice_logprob` turns into a softmax choice probability.
 
@@ -25,6 +25,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from envkit.errors import EnvkitError, require
 from envkit.policies import PolicyInput
+from oracles.hf_cache import output_cache, with_cache
 from oracles.prompts import PromptConfig, admissible, render, turn_messages
 
 
@@ -173,7 +174,7 @@ class TransformersScorer:
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         with torch.no_grad():
             first = self.model(input_ids=torch.tensor([p], device=device), use_cache=True)
-            cache, head = first.past_key_values, first.logits[:, -1:].float()
+            cache, head = output_cache(first), first.logits[:, -1:].float()
             out: list[float] = []
             for start in range(0, len(cands), self.batch_size):
                 chunk = cands[start : start + self.batch_size]
@@ -187,7 +188,9 @@ class TransformersScorer:
                 kv.batch_repeat_interleave(b)
                 attn = torch.cat([torch.ones((b, len(p)), dtype=torch.long, device=device), mask], dim=1)
                 pos = torch.arange(len(p), len(p) + width, device=device).unsqueeze(0).expand(b, -1)
-                logits = self.model(input_ids=ids, attention_mask=attn, past_key_values=kv, position_ids=pos).logits
+                logits = self.model(
+                    input_ids=ids, attention_mask=attn, position_ids=pos, **with_cache(self.model, kv)
+                ).logits
                 logits = torch.cat([head.expand(b, -1, -1), logits[:, :-1].float()], dim=1)
                 tok_lp = torch.log_softmax(logits, dim=-1).gather(-1, ids.unsqueeze(-1)).squeeze(-1)
                 out.extend(float(v) for v in (tok_lp * mask).sum(dim=1))

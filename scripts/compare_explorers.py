@@ -205,6 +205,7 @@ def main() -> None:
             del trainer
     summary = write_results(out, results, runs, args.arms)
     print(json.dumps(summary, indent=2))
+    print(f"wrote {out / 'compare.json'} and {out / 'compare.png'}")
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ episodes, as the OpenRLHF backend's `trainers.openrlhf.xrpo_rounds` does:
 2. A task whose episodes all failed so far starts its later episodes from its first observation prefixed with
    the ``icl_k`` most similar solved tasks of the corpus (`trainers.explorers.icl.IclCorpus`: a solved task is
    its first observation and the shortest successful action sequence, one action per line). The loss sees that
-   prompt (``icl_loss_prompt="augmented"``, METHODS) or the plain one (``"clean"``).
+   prompt (``icl_loss_prompt="augmented"``, docs/methods.md) or the plain one (``"clean"``).
 3. After the advantages: with an episode-level estimator (``grpo``, ``rloo``, ...), successful episodes are
    sharpened with their mean action-token sampling log-prob (`trainers.explorers.xrpo.sharpen`); GiGPO /
    GraphGPO per-turn advantages are left as they are (as on the OpenRLHF backend). Successful episodes enter the

@@ -20,9 +20,11 @@ def checkpoint_dir(run_dir: Path | str) -> Path:
 
 
 def save_checkpoint(
-    run_dir: Path | str, step: int, model: Any, tokenizer: Any, state: dict[str, Any], keep: int = 2
+    run_dir: Path | str, step: int, model: Any, tokenizer: Any, state: dict[str, Any], keep: int = 1
 ) -> Path:
-    """Write a checkpoint atomically (temporary folder, then rename) and update ``latest``."""
+    """Write a checkpoint atomically (temporary folder, then rename), update ``latest``, keep the newest `keep`."""
+    if keep < 1:
+        raise ValueError(f"keep must be >= 1 (the newest checkpoint is what --resume loads), got {keep}")
     root = checkpoint_dir(run_dir)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"

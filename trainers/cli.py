@@ -12,10 +12,15 @@ Options of ``local`` are built by tyro from the config dataclasses: nested setti
 from __future__ import annotations
 
 import importlib
+import shutil
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import NoReturn
 
 import typer
+
+from envkit.errors import require
 
 app = typer.Typer(
     add_completion=False,
@@ -39,21 +44,63 @@ def openrlhf(ctx: typer.Context) -> None:
 
 def run_openrlhf(argv: Sequence[str]) -> int:
     """Import `trainers.openrlhf.entry` lazily and run its ``main`` on the raw arguments."""
-    entry = importlib.import_module("trainers.openrlhf.entry")
+    try:
+        entry = importlib.import_module("trainers.openrlhf.entry")
+    except ImportError as exc:
+        _fail(
+            f"envkit-train openrlhf cannot import its backend ({exc}): on a GPU machine "
+            "pip install -c constraints.txt -e '.[openrlhf]' (docs/openrlhf.md)"
+        )
     return int(entry.main(list(argv)) or 0)
 
 
 def run_local(argv: Sequence[str]) -> None:
-    """Parse `argv` into a `TrainConfig` (tyro) and train."""
-    import tyro
+    """Parse `argv` into a `TrainConfig` (tyro), check it, and train.
 
-    from trainers.local import TrainConfig, train
+    Every failure a user can fix (a typo'd ``--task``, an env that cannot start here, missing weights or
+    extras, a bad option value) ends in ``error:`` lines with the fix and exit code 2, never a traceback; the
+    run folder is created only once the checks pass, and removed again if building the trainer fails.
+    """
+    from envkit.errors import EnvkitError
 
-    cfg = tyro.cli(TrainConfig, args=list(argv), prog="envkit-train local", config=(tyro.conf.FlagConversionOff,))
-    records = train(cfg)
+    try:
+        tyro = require("tyro", "train", what="envkit-train local")
+        from trainers.local import TrainConfig
+    except ImportError as exc:  # MissingExtraError, or torch & co. missing under trainers.local
+        _fail(f"{exc}. The local trainer needs the `train` extra: pip install -e '.[train]'")
+    try:
+        cfg = tyro.cli(TrainConfig, args=list(argv), prog="envkit-train local", config=(tyro.conf.FlagConversionOff,))
+    except ValueError as exc:  # TrainConfig / ModelConfig checks
+        _fail(str(exc))
+    from trainers.preflight import problems
+
+    found = problems(cfg.task, cfg.model.path)
+    if found:
+        _fail(*found)
+    run_dir = Path(cfg.run_dir)
+    existed = run_dir.exists()
+    try:
+        from trainers.local import LocalTrainer
+
+        trainer = LocalTrainer(cfg)
+    except (EnvkitError, ValueError, FileNotFoundError) as exc:
+        if not existed:
+            shutil.rmtree(run_dir, ignore_errors=True)
+        _fail(str(exc))
+    try:
+        records = trainer.train()
+    except EnvkitError as exc:
+        _fail(f"{exc} (run folder: {run_dir})")
     last = records[-1] if records else {}
     keys = ("step", "reward_mean", "success_rate", "zero_adv_fraction", "entropy")
     print({k: last[k] for k in keys if k in last})
+    print(f"run folder: {run_dir} (metrics.jsonl, checkpoints/, curves.png)")
+
+
+def _fail(*lines: str) -> NoReturn:
+    for line in lines:
+        print(f"error: {line}", file=sys.stderr)
+    raise SystemExit(2)
 
 
 def main(argv: Sequence[str] | None = None) -> None:

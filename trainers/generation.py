@@ -25,6 +25,7 @@ from typing import Any
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
+from oracles.hf_cache import with_cache
 from trainers.shared_prefix import distinct, left_padded, prompt_pass
 
 
@@ -121,7 +122,7 @@ def sample(
     # Every row's first width-1 columns are its prompt minus the last token, left-padded: shared by a group.
     cache = _prefix_cache(model, prompts, ids[:, :-1], mask[:, :-1]) if shared_prefix else None
     if cache is not None:
-        kw["past_key_values"] = cache
+        kw.update(with_cache(model, cache))
     if use_embeds:
         assert extra_rows is not None
         # One more column. Noisy rows: [prompt, perturbed embedding]; clean rows: [prompt minus its last token,

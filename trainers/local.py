@@ -13,7 +13,7 @@ Python:
 
 Single-turn tasks (``arith``, ``envkit/Math-v0``, ``envkit/Code-v0``) sample `prompts_per_step` prompts and a
 group of rollouts each; multi-turn envs (any other envkit id) play `prompts_per_step` tasks with `group_size`
-episodes each, token-in/token-out (`trainers.multi_turn`). Each step logs the metrics of METHODS section 7 to
+episodes each, token-in/token-out (`trainers.multi_turn`). Each step logs the metrics of docs/methods.md section 7 to
 ``<run_dir>/metrics.jsonl`` and TensorBoard; checkpoints go to ``<run_dir>/checkpoints`` (``--resume``
 continues the latest one exactly: every step's randomness derives from (seed, step)); ``<run_dir>/curves.png``
 plots the run at the end.
@@ -34,6 +34,7 @@ import torch
 from tqdm import tqdm
 
 from envkit.credit.advantages import group_advantages, zero_advantage_fraction
+from envkit.progress import ProgressLines, is_terminal
 from envkit.registration import env_facts
 from oracles.models import ModelConfig, load_model
 from trainers.agent_batch import collect_agent_batch
@@ -83,7 +84,8 @@ class TrainConfig:
         sft_lr: Warm-up learning rate.
         init_from: A checkpoint or model folder whose weights start the run (branch arms from one warm-up).
         save_every: Checkpoint every N steps (0: only at the end).
-        keep_checkpoints: Checkpoints kept on disk.
+        keep_checkpoints: Checkpoints kept on disk (the newest N; older ones are deleted as new ones land). One
+            checkpoint is the fp32 weights plus AdamW's two moments: about 3x the model (SmolLM2-135M: ~1.6 GB).
         resume: Continue from the latest checkpoint in run_dir.
         tensorboard: Also log to TensorBoard.
         plot: Write curves.png at the end.
@@ -115,7 +117,7 @@ class TrainConfig:
     sft_lr: float = 3e-3
     init_from: str | None = None
     save_every: int = 0
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = 1
     resume: bool = False
     tensorboard: bool = True
     plot: bool = True
@@ -125,6 +127,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.steps < 0 or self.prompts_per_step < 1 or self.group_size < 1:
             raise ValueError("TrainConfig: steps must be >= 0, prompts_per_step and group_size >= 1")
+        if self.keep_checkpoints < 1 or self.save_every < 0:
+            raise ValueError("TrainConfig: keep_checkpoints must be >= 1 and save_every >= 0")
         if self.max_new_tokens < 1 or self.temperature <= 0:
             raise ValueError("TrainConfig: max_new_tokens must be >= 1 and temperature > 0")
         try:
@@ -281,12 +285,20 @@ class LocalTrainer:
         """Run steps start_step+1 .. cfg.steps, logging, checkpointing and plotting; returns the records."""
         cfg = self.cfg
         records = []
-        bar = tqdm(range(self.start_step + 1, cfg.steps + 1), desc="train", disable=not cfg.progress)
+        steps = range(self.start_step + 1, cfg.steps + 1)
+        tty = is_terminal()  # piped or redirected: plain progress lines instead of a bar
+        bar = tqdm(steps, desc="train", disable=not (cfg.progress and tty))
+        lines = (
+            ProgressLines("train steps", total=cfg.steps, done=self.start_step) if cfg.progress and not tty else None
+        )
         try:
             for step in bar:
                 metrics = self.step(step)
                 records.append(self.logger.log(step, metrics))
-                bar.set_postfix(reward=f"{metrics['reward_mean']:.3f}", zero=f"{metrics['zero_adv_fraction']:.2f}")
+                post = dict(reward=f"{metrics['reward_mean']:.3f}", zero=f"{metrics['zero_adv_fraction']:.2f}")
+                bar.set_postfix(**post)
+                if lines is not None:
+                    lines.advance(1, note=", ".join(f"{k} {v}" for k, v in post.items()))
                 if (cfg.save_every and step % cfg.save_every == 0) or step == cfg.steps:
                     self.save(step)
         finally:

@@ -45,7 +45,7 @@ from trainers.tasks import Problem, ProblemSource
 
 
 class AnchorSelection:
-    """EDEN's anchor-bank selection (METHODS section 5, ours): score candidate tokens by noisy rollouts.
+    """EDEN's anchor-bank selection (docs/methods.md section 5, ours): score candidate tokens by noisy rollouts.
 
     Subclasses set ``model``, ``tok``, ``cfg`` (EdenConfig), ``shape`` and ``relaxed``, and say what a training
     prompt is (`_selection_items`) and how its rollouts score (`_rollouts`).

@@ -1,5 +1,5 @@
 """SERO in the local trainer: oracle continuations from states the policy reached, as token rows with reachability
-weights (METHODS section 4; the OpenRLHF backend's counterpart is `trainers.openrlhf.sero_rows`).
+weights (docs/methods.md section 4; the OpenRLHF backend's counterpart is `trainers.openrlhf.sero_rows`).
 
 After `trainers.multi_turn.play` (with ``record=True``: every step keeps a snapshot of the state before it),
 `sero_credit` does, per task group:
@@ -60,7 +60,7 @@ class SeroResult:
         turn_advantages: Per episode (in order), the GraphGPO advantage of each of its turns, oracle transitions
             included in the graph.
         rows: Oracle rows, reachability weights already applied to their advantages.
-        metrics: ``sero_*`` counters of METHODS section 7.
+        metrics: ``sero_*`` counters of docs/methods.md section 7.
     """
 
     turn_advantages: list[np.ndarray]

@@ -1,4 +1,4 @@
-"""Policy-gradient losses (torch): clipped surrogate, KL-loss estimators, entropy bonus (METHODS sections 1, 5).
+"""Policy-gradient losses (torch): clipped surrogate, KL-loss estimators, entropy bonus (docs/methods.md sections 1, 5).
 
 API summary (B = sequences, T = response tokens, V = vocabulary; masks are (B, T) bool or 0/1):
     policy_loss(logp, old_logp, advantages, mask, *, eps_low=0.2, eps_high=0.2, agg="token_mean",

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-# The curves METHODS section 7 asks for, in plot order (keys absent from a run are skipped).
+# The curves docs/methods.md section 7 asks for, in plot order (keys absent from a run are skipped).
 PLOT_KEYS = (
     "reward_mean",
     "success_rate",

@@ -29,7 +29,7 @@ from trainers.turn_cache import TurnCache
 
 @dataclass(frozen=True)
 class AgentConfig:
-    """Multi-turn settings (METHODS section 2 defaults).
+    """Multi-turn settings (docs/methods.md section 2 defaults).
 
     Attributes:
         estimator: ``gigpo``, ``graphgpo``, or an episode-level ``grpo`` / ``grpo_mean`` / ``rloo`` / ``dr_grpo``.
@@ -69,7 +69,7 @@ class AgentConfig:
             raise ValueError("AgentConfig: max_turns must be >= 1 and max_context_tokens >= 8")
         if self.sero and self.estimator != "graphgpo":
             raise ValueError(
-                f"AgentConfig: SERO credits oracle continuations through the GraphGPO graph (METHODS section 4); "
+                f"AgentConfig: SERO credits oracle continuations through the GraphGPO graph (docs/methods.md section 4); "
                 f"set agent.estimator='graphgpo' (got {self.estimator!r}) or agent.sero=False"
             )
 

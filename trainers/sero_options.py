@@ -11,7 +11,7 @@ from envkit.credit.sero import SeroConfig
 
 @dataclass(frozen=True)
 class SeroOptions:
-    """Options of SERO's oracle continuations (METHODS section 4).
+    """Options of SERO's oracle continuations (docs/methods.md section 4).
 
     Attributes:
         roots_per_group: At most this many roots (restored states) per task group (0 turns SERO off).

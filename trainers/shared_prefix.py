@@ -30,6 +30,8 @@ from typing import Any
 
 import torch
 
+from oracles.hf_cache import output_cache, with_cache
+
 
 @dataclass(frozen=True)
 class ResponseLogits:
@@ -72,7 +74,7 @@ def prompt_pass(model: Any, ids: torch.Tensor, mask: torch.Tensor, rows: torch.T
     """
     pos = (mask.cumsum(-1) - 1).clamp(min=0)
     out = model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
-    cache = out.past_key_values
+    cache = output_cache(out)
     cache.batch_select_indices(rows)
     return out.logits[:, -1], cache
 
@@ -94,7 +96,7 @@ def response_logits(
     """Logits of every response position, each distinct prompt computed once (see the module docstring).
 
     Args:
-        model: A transformers causal LM that accepts ``past_key_values`` / ``position_ids`` /
+        model: A transformers causal LM that accepts a KV cache (`oracles.hf_cache`) / ``position_ids`` /
             ``logits_to_keep``.
         prompts: B non-empty prompt token-id lists (rows of one group repeat the same prompt).
         responses: B response token-id lists.
@@ -133,5 +135,5 @@ def response_logits(
         real[i, : min(len(r), n - 1)] = 1
     attn = torch.cat([p_mask[rows], real], dim=1)
     pos = p_mask.sum(-1)[rows][:, None] + torch.arange(n - 1, device=device)[None, :]
-    rest = model(input_ids=r_ids[:, : n - 1], attention_mask=attn, position_ids=pos, past_key_values=cache).logits
+    rest = model(input_ids=r_ids[:, : n - 1], attention_mask=attn, position_ids=pos, **with_cache(model, cache)).logits
     return ResponseLogits(torch.cat([first[:, None], rest], dim=1), r_ids, r_mask, len(uniq))

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from oracles.hf_cache import output_cache, with_cache
 from trainers.generation import Samples, collect_samples, sampling_setup
 from trainers.shared_prefix import left_padded
 
@@ -109,7 +110,7 @@ class TurnCache:
             self.tok, temperatures, max_new_tokens, stop_ids, return_logprobs, self.device, return_dict=True
         )
         if self.cache is not None:
-            kw["past_key_values"] = self.cache
+            kw.update(with_cache(self.model, self.cache))
         out = self.model.generate(input_ids=ids, attention_mask=mask, **kw)
         new = out.sequences[:, ids.shape[1] :]
         samples = collect_samples(new, {self.tok.eos_token_id, *stop_ids}, recorder)
@@ -119,7 +120,7 @@ class TurnCache:
         gen_mask = torch.zeros((len(pending), max(n_gen - 1, 0)), dtype=torch.long, device=self.device)
         for i, t in enumerate(tokens):
             gen_mask[i, : min(len(t), n_gen - 1)] = 1
-        self.cache = out.past_key_values
+        self.cache = output_cache(out)
         self.mask = torch.cat([mask, gen_mask], 1)
         for i, (c, t) in enumerate(zip(contexts, tokens, strict=True)):
             self.seen[i] = len(c) + len(t)

@@ -44,7 +44,7 @@ class TrainBatch:
 
 @dataclass(frozen=True)
 class LossConfig:
-    """Loss settings (METHODS section 1).
+    """Loss settings (docs/methods.md section 1).
 
     Attributes:
         eps_low: Lower clip range.

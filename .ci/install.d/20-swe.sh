@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
-# SWE env: bubblewrap >= 0.8 for the local sandbox (00-apt installs bubblewrap), podman + runc for the
-# docker-backend tests (driven through Podman's Docker-compatible API; skipped with the reason if it cannot start).
-set -euo pipefail
-pkgs="bubblewrap util-linux podman runc git"
-missing=""
-for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
-if [ -n "$missing" ]; then
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends $missing
-fi
-python -c "import docker" 2>/dev/null || python -m pip install -q "docker>=7"
+# SWE env: bubblewrap >= 0.8 for the local sandbox (root: overlayfs mounts, then bubblewrap as an unprivileged
+# uid with --cap-drop ALL and --disable-userns; see docs/security.md), podman + runc for the docker-backend tests
+# (driven through Podman's Docker-compatible API), all from 00-apt.sh; the docker SDK comes with the `swe` extra.
+source "$(dirname "$0")/lib.sh"
+have_modules docker || pip_install -e "$REPO[swe]"
+absent=""
+for t in bwrap git podman; do command -v "$t" >/dev/null 2>&1 || absent="$absent $t"; done
+[ -z "$absent" ] || skip "SWE sandboxes" "program(s)$absent not on PATH (00-apt.sh installs them as root)"
+[ "$(id -u)" = 0 ] || skip "SWE local sandbox" "it needs root (overlayfs mounts, then bubblewrap as an unprivileged uid)"
+echo "swe: bwrap $(bwrap --version | awk '{print $2}'), git, podman found; root"

@@ -11,7 +11,7 @@
 # .ci/run runs tests/serve and tests/interop with this venv's Python. Idempotent: nothing to do when all is there.
 set -euo pipefail
 VENV="${ENVKIT_INTEROP_VENV:-.venv-interop}"
-[ -x "$VENV/bin/python" ] || python -m venv --system-site-packages "$VENV"
+[ -x "$VENV/bin/python" ] || "${PYTHON:-python}" -m venv --system-site-packages "$VENV"
 PY="$VENV/bin/python"
 want_ok() {
   "$PY" - <<'PY'
@@ -31,11 +31,13 @@ sys.exit(0 if ok else 1)
 PY
 }
 if ! want_ok; then
+  # constraints.txt pins antlr4 4.13.2 for the machine's Python; this venv takes 4.9.3 instead (see above)
+  grep -v '^antlr4-python3-runtime==' constraints.txt >"$VENV/constraints.txt"
   # antlr4 4.9.3 / omegaconf / hydra-core are pinned here, not in constraints.txt: that file also serves the
   # machine's Python, whose math-verify needs antlr4 4.13.2.
-  "$PY" -m pip install -q --no-deps -c constraints.txt openenv-core trl gem-llm skyrl-gym verl \
+  "$PY" -m pip install -q --no-deps -c "$VENV/constraints.txt" openenv-core trl gem-llm skyrl-gym verl \
     "omegaconf==2.3.1" "hydra-core==1.3.8" "antlr4-python3-runtime==4.9.3"
-  "$PY" -m pip install -q -c constraints.txt "torch==2.13.0" "transformers==5.15.0" \
+  "$PY" -m pip install -q -c "$VENV/constraints.txt" "torch==2.13.0" "transformers==5.15.0" \
     fastapi uvicorn websockets fastmcp tomli tomli-w httpx pyyaml \
     accelerate datasets jinja2 pandas psutil \
     msgspec nltk math-verify reasoning-gym \

@@ -1,4 +1,4 @@
-"""Advantage estimators of the GRPO family (METHODS.md sections 1-4): pure numpy, float64.
+"""Advantage estimators of the GRPO family (docs/methods.md sections 1-4): pure numpy, float64.
 
 API summary (numpy in, numpy out; N = rows, G = rollouts in a group):
     group_advantages(rewards (N,), group_ids (N,), estimator="grpo"|"grpo_mean"|"rloo"|"dr_grpo", eps) -> (N,)
@@ -13,7 +13,7 @@ API summary (numpy in, numpy out; N = rows, G = rollouts in a group):
     choice_logprob(action_seq_logprobs (A,), chosen_index) -> float               (envkit.credit.reachability)
     apply_sero_weights(advantages (N,) or (N, T), weights (N,)) -> same shape as advantages
 
-Conventions (METHODS.md preamble): ``norm(v) = (v - mean(v)) / (std(v) + eps)`` with the unbiased std
+Conventions (docs/methods.md, normalisation): ``norm(v) = (v - mean(v)) / (std(v) + eps)`` with the unbiased std
 (``norm="std"``); ``norm="mean"`` divides by 1. A group whose values are all equal gets exactly 0 and a singleton
 group gets 0 (never NaN). Group ids may be any hashable values (ints, strings); groups may have different sizes.
 
@@ -108,7 +108,7 @@ def group_normalize(
     Args:
         values: (N,) values.
         group_ids: (N,) hashable group ids (any order, variable group sizes).
-        norm: "std" (unbiased std, METHODS ``norm``) or "mean" (METHODS ``mean_norm``: divide by 1).
+        norm: "std" (unbiased std, docs/methods.md ``norm``) or "mean" (docs/methods.md ``mean``: divide by 1).
         eps: Added to the std.
         stats_mask: Optional (N,) bool: only these rows enter the group mean/std (all rows are normalised).
             A group with fewer than 2 stats rows, or whose stats rows are all equal, gets 0 for every row.
@@ -132,7 +132,7 @@ def group_normalize(
 
 
 def group_advantages(rewards: Any, group_ids: Any, estimator: Estimator = "grpo", eps: float = 1e-6) -> np.ndarray:
-    """Outcome advantages of single-turn rollouts (METHODS section 1).
+    """Outcome advantages of single-turn rollouts (docs/methods.md section 1).
 
     Args:
         rewards: (N,) scalar reward per rollout.
@@ -263,7 +263,7 @@ def gigpo_advantages(
     invalid_penalty: float = 0.1,
     eps: float = 1e-6,
 ) -> GigpoResult:
-    """GiGPO advantages (METHODS section 2; arXiv 2505.10978, verl-agent ``gigpo/core_gigpo.py``).
+    """GiGPO advantages (docs/methods.md section 2; arXiv 2505.10978, verl-agent ``gigpo/core_gigpo.py``).
 
     Episode level ``A_E = (R_i - mean) / F`` with R_i the trajectory's episode return minus the row's invalid
     penalty; ``episode_stats="steps"`` (released code, default) takes mean/std over all step rows of the group
@@ -331,7 +331,7 @@ def graphgpo_advantages(
     eps: float = 1e-6,
     extra_transitions: Mapping[Hashable, Iterable[tuple[str, str, str]]] | None = None,
 ) -> GraphgpoResult:
-    """GraphGPO advantages (METHODS section 3; verl-agent ``recipe/GraphGPO``).
+    """GraphGPO advantages (docs/methods.md section 3; verl-agent ``recipe/GraphGPO``).
 
     Per group: a graph over anchor states + SUCCESS with one edge per step (s_t, a_t, s_{t+1}); the last step of
     a successful episode points to SUCCESS (``table.transitions()``). ``d(s)`` = reverse shortest path to SUCCESS

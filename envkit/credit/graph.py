@@ -1,4 +1,4 @@
-"""GraphGPO's per-group transition graph and reverse shortest-path distances to SUCCESS (METHODS section 3).
+"""GraphGPO's per-group transition graph and reverse shortest-path distances to SUCCESS (docs/methods.md section 3).
 
 API summary (pure functions, no numpy needed):
     SUCCESS_NODE, TERMINAL_NODE                    sentinel node names (cannot collide with observations)

@@ -1,4 +1,4 @@
-"""SERO's policy-reachability weights for oracle steps and their application (METHODS section 4, steps 5-6).
+"""SERO's policy-reachability weights for oracle steps and their application (docs/methods.md section 4, steps 5-6).
 
 API summary (numpy, float64):
     reachability_weights(loglik_per_action (K,), p_floor=0.05, tau_w=1.0, w_min=0.05) -> (K,) weights

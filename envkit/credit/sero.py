@@ -1,6 +1,6 @@
-"""SERO's credit maths: root selection and GraphGPO credit with oracle continuations (METHODS.md section 4).
+"""SERO's credit maths: root selection and GraphGPO credit with oracle continuations (docs/methods.md section 4).
 
-The steps marked *ours* in METHODS are this module's documented defaults (`SeroConfig`):
+docs/methods.md section 4 (the steps marked *ours* there are this module's documented defaults, `SeroConfig`):
 
 1. `select_roots`: in a group with success rate < 1, the states on failed trajectories that have no known path to
    SUCCESS in the group's GraphGPO graph, deepest first, distinct states, at most ``roots_per_group``, each with
@@ -67,7 +67,7 @@ class Continued(Protocol):
 
 @dataclass(frozen=True)
 class SeroConfig:
-    """SERO settings (METHODS section 4; defaults are the project's).
+    """SERO settings (docs/methods.md section 4; defaults are the project's).
 
     Attributes:
         roots_per_group: At most this many roots per task group.
@@ -140,7 +140,7 @@ def reaching_success(graph: TransitionGraph) -> set[str]:
 def select_roots(
     trajs: Sequence[Trajectory], *, group: int, config: SeroConfig, exclude: Collection[str] = ()
 ) -> list[Root]:
-    """Roots of one task group (METHODS section 4, step 1); see the module docstring.
+    """Roots of one task group (docs/methods.md section 4, step 1); see the module docstring.
 
     Args:
         trajs: The group's G trajectories (with snapshots when recorded).
@@ -213,7 +213,7 @@ class RowCredit:
 def credit_group(
     trajs: Sequence[Trajectory], continuations: Sequence[Continued], config: SeroConfig
 ) -> tuple[dict[tuple[int, int], RowCredit], dict[tuple[int, int], RowCredit]]:
-    """GraphGPO credit of one group before and after adding successful continuations (METHODS 3 and 4.4).
+    """GraphGPO credit of one group before and after adding successful continuations (docs/methods.md section 3 and 4.4).
 
     Each successful continuation joins the group as one more successful episode made of its oracle steps (its
     last step points to SUCCESS), so the policy's earlier states on its root's trajectory get finite distances.

@@ -75,7 +75,7 @@ class StepTable:
         episode_return: (N,) float episode return R_i of the row's trajectory. Default: the undiscounted sum of
             the trajectory's step rewards.
         success: (N,) bool the row's trajectory succeeded; its last step points to SUCCESS in GraphGPO.
-            Default ``episode_return > 0`` (METHODS: "an episode with reward > 0").
+            Default ``episode_return > 0`` (docs/methods.md: "an episode with reward > 0").
     """
 
     group: Any

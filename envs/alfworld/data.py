@@ -7,7 +7,8 @@ The standard layout made by ``alfworld-download`` is read::
 A trial's ``game.tw-pddl`` is used when present (a full download has them). Otherwise it is built with the
 installed alfworld package's own recipe (its PDDL domain ``ALFRED_PDDL_PATH``, its grammar ``ALFRED_TWL2_PATH``
 with the task description added by ``add_task_to_grammar``) and cached OUTSIDE the data dir, under
-``cache_dir`` (default ``$ENVKIT_CACHE/alfworld``, else ``~/.cache/envkit/alfworld``) under ``v<BUILD_VERSION>/``,
+``cache_dir`` (default `envkit.cache.cache_root()` ``/alfworld``: ``$ENVKIT_CACHE``, ``$XDG_CACHE_HOME/envkit``
+or ``~/.cache/envkit``) under ``v<BUILD_VERSION>/``,
 mirroring the layout. Files are written atomically, so parallel workers can build the same game.
 
 Built files are deterministic: alfworld's ``add_task_to_grammar`` picks the task sentence's template with the
@@ -33,6 +34,7 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+from envkit.cache import cache_root
 from envkit.errors import DataNotFoundError
 
 #: ALFWorld's six task types (ids 1-6 as in alfworld's configs).
@@ -60,9 +62,8 @@ def default_data_dir() -> Path:
 
 
 def default_cache_dir() -> Path:
-    """Where built game files go: ``$ENVKIT_CACHE/alfworld``, else ``~/.cache/envkit/alfworld``."""
-    base = os.environ.get("ENVKIT_CACHE")
-    return (Path(base) if base else Path.home() / ".cache" / "envkit").expanduser() / "alfworld"
+    """Where built game files go: `envkit.cache.cache_root()` / ``alfworld``."""
+    return cache_root() / "alfworld"
 
 
 def task_type_name(t: str | int) -> str:

@@ -29,14 +29,21 @@ from dataclasses import dataclass
 from typing import Any, SupportsFloat
 from urllib.parse import urlsplit
 
-from envkit.errors import EnvkitError, ResetNeededError, require
+from envkit.errors import EnvkitError, MissingExtraError, ResetNeededError, SystemDependencyError, require
 from envkit.snapshot import Snapshot
-from envs.webshop.catalog import DEFAULT_TEST_GOALS
-from envs.webshop.env import EpisodeState, WebShopConfig, WebShopEnvBase
-from envs.webshop.render import parse_html
-from envs.webshop.reward import DEFAULT_REWARD_MODE
-from envs.webshop.server import ShopServer
-from envs.webshop.shop import Element, ShopState, check_action, state_from_path, state_path
+
+try:  # the text shop's packages come with the browser extra too: name that extra, not `webshop`
+    from envs.webshop.catalog import DEFAULT_TEST_GOALS
+    from envs.webshop.env import EpisodeState, WebShopConfig, WebShopEnvBase
+    from envs.webshop.render import parse_html
+    from envs.webshop.reward import DEFAULT_REWARD_MODE
+    from envs.webshop.server import ShopServer
+    from envs.webshop.shop import Element, ShopState, check_action, state_from_path, state_path
+except MissingExtraError as exc:
+    raise MissingExtraError(
+        f"envkit/WebShopBrowser-v0 needs the packages of the 'browser' extra ({exc.__cause__ or exc}). "
+        "Install it with: pip install 'envkit[browser]'  (from a checkout: pip install -e '.[browser]')"
+    ) from exc
 
 CHROMIUM_FLAGS = (
     "--headless=new",
@@ -120,7 +127,7 @@ class WebShopBrowserEnv(WebShopEnvBase):
         chromium = self.chromium or shutil.which("chromium") or shutil.which("chromium-browser")
         driver_path = self.chromedriver or shutil.which("chromedriver")
         if not chromium or not driver_path:
-            raise EnvkitError(
+            raise SystemDependencyError(
                 "envkit/WebShopBrowser-v0 needs Chromium and its driver: apt-get install -y chromium "
                 "chromium-driver (or pass chromium=/path and chromedriver=/path)"
             )

@@ -30,6 +30,7 @@ import json
 import os
 import random
 import re
+import warnings
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -339,12 +340,26 @@ def load_catalog(
         env_dir = os.environ.get("WEBSHOP_DATA")
         if env_dir and _first(Path(env_dir), ("items_shuffle_1000.json", "items_shuffle.json")) is not None:
             data_dir = env_dir
+        elif env_dir:
+            _warn_embedded(env_dir)
     return _load_catalog(
         data_dir or "embedded",
         human_goals=human_goals,
         num_products=num_products,
         seed=seed,
         restrict_to_human_goals_json=restrict_to_human_goals_json,
+    )
+
+
+@functools.cache
+def _warn_embedded(env_dir: str) -> None:
+    """Say once per directory that $WEBSHOP_DATA was set but is not used, and which catalog is used instead."""
+    warnings.warn(
+        f"WEBSHOP_DATA={env_dir} holds no product file (items_shuffle_1000.json or items_shuffle.json): using the "
+        "embedded generated catalog instead (300 products, synthetic goals). Add the product file there, or unset "
+        "WEBSHOP_DATA to silence this.",
+        UserWarning,
+        stacklevel=3,
     )
 
 

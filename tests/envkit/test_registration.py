@@ -55,6 +55,7 @@ def test_require_names_the_pip_install():
     [
         ("envkit/WebShop-v0", "bm25s", "webshop", {}),
         ("envkit/WebShopBrowser-v0", "selenium", "browser", {}),
+        ("envkit/WebShopBrowser-v0", "rapidfuzz", "browser", {}),  # a webshop package: still the browser extra
         ("envkit/ALFWorld-v0", "textworld", "alfworld", {}),
         ("envkit/SWE-v0", "docker", "swe", {"backend": "docker"}),  # the default local backend needs no docker
         ("envkit/Math-v0", "math_verify", "math", {}),
@@ -76,3 +77,33 @@ def test_missing_extra_message_names_the_fix(env_id, blocked, extra, kwargs):
     if "No module named 'envs." in out.stderr:
         pytest.skip(f"{env_id} is not implemented in this checkout")
     assert f"pip install 'envkit[{extra}]'" in out.stdout, out.stdout + out.stderr
+
+
+def test_missing_names_each_absent_requirement_with_its_fix(monkeypatch, tmp_path):
+    from envkit.registration import EnvEntry, missing
+
+    entry = EnvEntry(
+        "envkit/Needy-v0", "envs.needy:Env", "needy", "test", needs_data="ENVKIT_TEST_DATA",
+        modules=("json", "surely_not_a_module_xyz"), tools=("sh", "envkit-no-such-program|also-not-there"),
+        needs_root=True,
+    )  # fmt: skip
+    monkeypatch.delenv("ENVKIT_TEST_DATA", raising=False)
+    why = missing(entry)
+    assert why[0] == "Python package(s) surely_not_a_module_xyz missing: pip install -e '.[needy]'"
+    assert why[1].startswith("program(s) envkit-no-such-program|also-not-there not on PATH: apt-get install ")
+    assert why[-1] == "$ENVKIT_TEST_DATA is unset: point it at the data directory"
+    assert any("needs root" in w for w in why) == (__import__("os").geteuid() != 0)
+    monkeypatch.setenv("ENVKIT_TEST_DATA", str(tmp_path / "nope"))
+    assert missing(entry)[-1] == f"$ENVKIT_TEST_DATA={tmp_path / 'nope'} is not a directory"
+    monkeypatch.setenv("ENVKIT_TEST_DATA", str(tmp_path))
+    ok = EnvEntry("envkit/Fine-v0", "x:y", None, "t", needs_data="ENVKIT_TEST_DATA", modules=("json",), tools=("sh",))
+    assert missing(ok) == []
+
+
+def test_missing_sees_a_program_absent_from_path(monkeypatch):
+    from envkit.registration import ENVS, missing
+
+    monkeypatch.setenv("PATH", "/nonexistent")
+    why = " ".join(missing(ENVS["envkit/WebShopBrowser-v0"]))
+    assert "chromium|chromium-browser, chromedriver not on PATH: apt-get install chromium chromium-driver" in why
+    assert "apt-get install bash bubblewrap git util-linux" in " ".join(missing(ENVS["envkit/SWE-v0"]))

@@ -113,6 +113,22 @@ def test_envs_lists_ids_with_status():
     assert "envkit/Toy-v0" in res.output and "envkit/ALFWorld-v0" in res.output and "yes" in res.output
 
 
+def test_envs_reports_an_env_unusable_when_a_program_it_runs_is_missing(monkeypatch):
+    monkeypatch.setenv("PATH", "/nonexistent")
+    res = runner.invoke(app, ["envs"], env={"COLUMNS": "400", "NO_COLOR": "1"})
+    assert res.exit_code == 0
+    rows = {line.split("│")[1].strip(): line for line in _raw_rows(res.output)}
+    assert "no: program(s) chromium|chromium-browser, chromedriver not on PATH" in _plain(
+        rows["envkit/WebShopBrowser-v0"]
+    )
+    assert "no: program(s) bwrap, bash, git not on PATH" in _plain(rows["envkit/SWE-v0"])
+    assert "│ yes" in rows["envkit/Toy-v0"]
+
+
+def _raw_rows(output: str) -> list[str]:
+    return [line for line in output.splitlines() if line.startswith("│ envkit/")]
+
+
 def test_rollout_inspect_export_and_datasets_load(tmp_path):
     import datasets
 
@@ -254,3 +270,18 @@ def test_inspect_prints_whole_stop_reasons_and_dead_roots(tmp_path):
     text = _plain(res.output)
     assert f"1 x {why}" in text
     assert re.search(r"dead_roots_skipped\W+3", text)
+
+
+def test_piped_rollout_prints_progress_lines_and_the_journal(tmp_path):
+    # stdout is a pipe here: no live bar can draw, so plain progress lines go to stderr.
+    repo = Path(__file__).resolve().parents[2]
+    out = tmp_path / "toy.parquet"
+    cmd = [sys.executable, "-m", "oracles.cli", "rollout", *TOY, "--tasks", "4", "--group", "2", "--out", str(out)]
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(repo)}
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [x for x in done.stderr.splitlines() if x.startswith("SERO tasks: ")]
+    assert lines[0] == "SERO tasks: 0/4 (0%) 0 s elapsed | starting"
+    assert lines[-1].startswith("SERO tasks: 4/4 (100%) ") and "rescued " in lines[-1]
+    assert f"journal: {out}.journal.jsonl (" in _plain(done.stdout)

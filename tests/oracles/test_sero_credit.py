@@ -1,4 +1,4 @@
-"""Reachability weights (METHODS 4.5) and GraphGPO distances before/after oracle transitions (METHODS 3, 4.4)."""
+"""Reachability weights (docs/methods.md section 4.5) and GraphGPO distances before/after oracle transitions (docs/methods.md section 3, 4.4)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Root selection (METHODS 4.1) on hand-made groups, and the replay recipe rebuilt from a trajectory."""
+"""Root selection (docs/methods.md section 4.1) on hand-made groups, and the replay recipe rebuilt from a trajectory."""
 
 from __future__ import annotations
 

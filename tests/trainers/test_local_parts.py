@@ -252,3 +252,18 @@ def test_eden_training_batch_scores_every_row_under_its_clean_prompt(tmp_path):
     # Kept rows: all standard ones plus the top-p share of noisy ones (2 per prompt, top_p 0.5).
     assert len(batch) == 3 * 2 + 3
     assert metrics["eden_noisy_kept_share"] == pytest.approx(0.5)
+
+
+def test_checkpoints_keep_only_the_newest_n(tmp_path):
+    from trainers.checkpoint import latest_checkpoint, load_state, save_checkpoint
+
+    assert TrainConfig().keep_checkpoints == 1
+    model, tok = load_model(ModelConfig(path="tiny:arith", hidden_size=16, layers=1, heads=2, device="cpu"))
+    for step in (1, 2, 3):
+        save_checkpoint(tmp_path, step, model, tok, {"optimizer": {}}, keep=1)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step_000003"]
+    assert latest_checkpoint(tmp_path).name == "step_000003" and load_state(latest_checkpoint(tmp_path))["step"] == 3
+    save_checkpoint(tmp_path, 4, model, tok, {}, keep=2)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*")) == ["step_000003", "step_000004"]
+    with pytest.raises(ValueError, match="keep must be >= 1"):
+        save_checkpoint(tmp_path, 5, model, tok, {}, keep=0)

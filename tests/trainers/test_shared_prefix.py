@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 
+from oracles.hf_cache import cache_kwarg
+
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
@@ -105,7 +107,7 @@ def test_sampling_with_a_shared_prefill_gives_the_same_samples(arith, embeds, te
     original = model.generate
 
     def spy(*args, **kwargs):
-        used_cache.append("past_key_values" in kwargs)
+        used_cache.append(cache_kwarg(model) in kwargs)
         return original(*args, **kwargs)
 
     model.generate = spy

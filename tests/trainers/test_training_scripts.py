@@ -59,3 +59,4 @@ def test_compare_sero_writes_both_arms_curves_and_the_plot(tmp_path):
     assert result["curves"]["GraphGPO"][0]["success_rate"] == 0.0  # a random model: all-fail groups
     assert sum(r["sero_rows"] for r in result["curves"]["GraphGPO + SERO"]) >= 1
     assert (tmp_path / "compare_sero.png").stat().st_size > 10_000
+    assert f"wrote {tmp_path / 'compare_sero.json'} and {tmp_path / 'compare_sero.png'}" in done.stdout

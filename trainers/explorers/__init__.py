@@ -2,9 +2,9 @@
 
 API summary:
     trainers.explorers.eden     EdenConfig, anchor bank (explorers.anchors), anchored perturbation, noisy share,
-                                tau_n warm-up, top-p selection, absorb (METHODS section 5)
+                                tau_n warm-up, top-p selection, absorb (docs/methods.md section 5)
     trainers.explorers.xrpo     XrpoConfig, XrpoPlanner (t-interval priority, phased greedy allocation),
-                                IclCorpus (explorers.icl), novelty-guided sharpening (METHODS section 6)
+                                IclCorpus (explorers.icl), novelty-guided sharpening (docs/methods.md section 6)
 
 Submodules import only numpy/scipy (no torch), so the trainers and the OpenRLHF backend share them.
 """

@@ -1,4 +1,4 @@
-"""EDEN's anchor bank: candidate tokens, scoring, greedy complementary selection (METHODS section 5, ours).
+"""EDEN's anchor bank: candidate tokens, scoring, greedy complementary selection (docs/methods.md section 5, ours).
 
 API summary (numpy; no torch needed):
     decoded_vocab(tokenizer) -> list[str]                     the text of each token id (HF tokenizer)
@@ -10,7 +10,7 @@ API summary (numpy; no torch needed):
     AnchorBank(token_ids (K,), vectors (K, d), scores)        frozen; .save(path) / AnchorBank.load(path)
     AnchorBank.from_tokens(embeddings, token_ids)             a bank without selection (ablations, tests)
 
-Selection (ours, METHODS section 5): score each candidate with ``score_fn(token_id) -> AnchorScore`` (the caller
+Selection (ours, docs/methods.md section 5): score each candidate with ``score_fn(token_id) -> AnchorScore`` (the caller
 runs noisy rollouts with that token's embedding as the anchor on ~200 training prompts), rank by
 ``w_v * validity + w_a * accuracy + w_r * rescue_rate`` among candidates with validity >= ``min_validity``, and
 take them greedily while the new anchor's cosine similarity to every chosen one stays below ``max_cos``.

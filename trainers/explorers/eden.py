@@ -1,4 +1,4 @@
-"""EDEN: Embedding-space Directional Exploration via anchored Noise (METHODS section 5), backend-agnostic maths.
+"""EDEN: Embedding-space Directional Exploration via anchored Noise (docs/methods.md section 5), backend-agnostic maths.
 
 API summary (numpy; the engines that generate and score live in trainers/local.py and trainers/openrlhf/):
     EdenConfig(group_size=16, n_noisy=4, rho=0.12, n_anchors=8, top_p=0.5, gamma=0.5, tau_r=1.0, ...)
@@ -59,7 +59,7 @@ ABLATIONS: tuple[str, ...] = ("anchored", "rho0", "no_anchor", "random_anchor_pe
 
 @dataclass(frozen=True)
 class EdenConfig:
-    """EDEN settings (METHODS section 5).
+    """EDEN settings (docs/methods.md section 5).
 
     Attributes:
         group_size: Rollouts per prompt G (16), standard + noisy.
@@ -293,7 +293,7 @@ def absorb(advantages: Any, noisy: Any, keep: Any, gamma: float) -> tuple[np.nda
 
 @dataclass(frozen=True, eq=False)
 class EdenResult:
-    """Advantages of one EDEN batch and its diagnostics (METHODS section 7).
+    """Advantages of one EDEN batch and its diagnostics (docs/methods.md section 7).
 
     Attributes:
         advantages: (N,) after absorb (dropped noisy rows are 0).

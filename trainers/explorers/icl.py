@@ -1,4 +1,4 @@
-"""XRPO's in-context-learning corpus: verified successes, similarity retrieval, ICL prefixes (METHODS section 6).
+"""XRPO's in-context-learning corpus: verified successes, similarity retrieval, ICL prefixes (docs/methods.md section 6).
 
 API summary:
     IclCorpus(k=2, backend="auto"|"embedding"|"bm25"|"tfidf", model_path=None)

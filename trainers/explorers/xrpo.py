@@ -1,4 +1,4 @@
-"""XRPO: eXplore-eXploit GRPO (METHODS section 6; arXiv 2510.06672), backend-agnostic planning and maths.
+"""XRPO: eXplore-eXploit GRPO (docs/methods.md section 6; arXiv 2510.06672), backend-agnostic planning and maths.
 
 API summary:
     XrpoConfig(group_size=8, n0=4, n_max=None, n_phases=3, chunk_size=2, alpha=0.05, lam=0.03, icl=True, icl_k=2,
@@ -53,7 +53,7 @@ __all__ = [
 
 @dataclass(frozen=True)
 class XrpoConfig:
-    """XRPO settings (METHODS section 6; (ours) = the project's choice where the paper is silent).
+    """XRPO settings (docs/methods.md section 6; (ours) = the project's choice where the paper is silent).
 
     Attributes:
         group_size: The baseline's rollouts per prompt n; the step's total budget is ``n_prompts * group_size``.

@@ -31,7 +31,7 @@ ADVANTAGES = ("grpo", "gigpo", "graphgpo")
 
 @dataclass(frozen=True)
 class AdvantageOptions:
-    """Options of the advantage estimators (METHODS sections 1-3; defaults are the papers').
+    """Options of the advantage estimators (docs/methods.md sections 1-3; defaults are the papers').
 
     Attributes:
         eps: Added to the group std ("grpo"; OpenRLHF's own group_norm uses 1e-9).

@@ -35,7 +35,7 @@ def plain_specs(group: str, n: int) -> list[RolloutSpec]:
 
 
 def eden_specs(group: str, n: int, config: BackendConfig, step: int, rng: np.random.Generator) -> list[RolloutSpec]:
-    """EDEN's plan for one prompt: K_r standard + K_n noisy rollouts (METHODS section 5).
+    """EDEN's plan for one prompt: K_r standard + K_n noisy rollouts (docs/methods.md section 5).
 
     The noisy rollouts share one anchor drawn uniformly from the bank (``fixed_anchor``: the configured one;
     ``random_anchor_per_rollout``: one per rollout), each with its own noise seed.

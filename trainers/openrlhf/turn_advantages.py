@@ -71,7 +71,7 @@ class TurnAdvantages:
         weights: Per row, (J,) SERO loss weights (1 for policy turns), applied to the final per-token
             advantages by the experience maker (EDEN's gamma is already in ``per_turn``).
         keep: (N,) bool rows that stay in the loss (EDEN drops unselected noisy rollouts).
-        stats: Batch diagnostics (METHODS section 7), floats.
+        stats: Batch diagnostics (docs/methods.md section 7), floats.
     """
 
     per_turn: list[np.ndarray]

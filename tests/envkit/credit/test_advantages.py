@@ -1,4 +1,4 @@
-"""Exact-value tests of envkit.credit.advantages on hand-computed tables (METHODS sections 1-4)."""
+"""Exact-value tests of envkit.credit.advantages on hand-computed tables (docs/methods.md sections 1-4)."""
 
 from __future__ import annotations
 
@@ -259,7 +259,7 @@ def test_step_table_from_trajectories():
     np.testing.assert_array_equal(t10.episode_return, [1, 1, 0, 0])
 
 
-# ---- SERO reachability weights (METHODS section 4) ----
+# ---- SERO reachability weights (docs/methods.md section 4) ----
 def test_reachability_weights_exact():
     ll = [-0.5, -10.0, -0.1, -0.2]
     # floored: -0.5, log .05 = -2.9957, -0.1; log w = 0, -0.5, -3.4957, -3.5957

@@ -183,3 +183,14 @@ def test_env_and_oracle_on_real_instructions(webshop_data: Path, tmp_path: Path)
         assert any(info["instruction"].startswith(i + " with ") for i in instructions)
         run = run_oracle(env, WebShopOracle(), obs, info, max_steps=15)
         assert run.success, run.reason
+
+
+def test_webshop_data_without_a_product_file_says_which_catalog_is_used(tmp_path, monkeypatch):
+    from envs.webshop import catalog as catalog_mod
+
+    catalog_mod._warn_embedded.cache_clear()
+    (tmp_path / "human_goals.json").write_text("[]")
+    monkeypatch.setenv("WEBSHOP_DATA", str(tmp_path))
+    with pytest.warns(UserWarning, match=r"holds no product file .*: using the embedded generated catalog instead"):
+        cat = load_catalog()
+    assert cat.source == "embedded"

@@ -13,13 +13,39 @@ Everything else is real: openrlhf 0.11.2, ray, deepspeed, transformers, torch, e
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
+
+#: Why this folder cannot run here (None when it can): without openrlhf & co. every test module skips with the fix
+#: instead of failing to import; under CI=true (tests/conftest.py) the skip is a failure.
+MISSING = next(
+    (
+        f"the OpenRLHF backend tests need {m!r}, which is not installed: run scripts/setup.sh (on a CPU machine "
+        "it installs openrlhf==0.11.2 with --no-deps plus what its modules import; .ci/install.d/30-openrlhf.sh)"
+        for m in ("torch", "openrlhf", "deepspeed", "ray")
+        if importlib.util.find_spec(m) is None
+    ),
+    None,
+)
+
+
+class _SkippedModule(pytest.Module):
+    """A test module of this folder that is not imported: it reports one skip with `MISSING` as the reason."""
+
+    def collect(self):  # type: ignore[no-untyped-def]
+        pytest.skip(str(MISSING))
+
+
+def pytest_pycollect_makemodule(module_path: Path, parent: pytest.Collector) -> pytest.Module | None:
+    if MISSING is None:
+        return None
+    return _SkippedModule.from_parent(parent, path=module_path)
+
 
 #: Stub sources. They provide the names OpenRLHF imports at module level and nothing that computes.
 STUB_FILES: dict[str, str] = {
@@ -127,6 +153,8 @@ def gpu_stub_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @pytest.fixture(autouse=True)
 def gpu_import_stubs(gpu_stub_dir: Path) -> Iterator[Path]:
     """Put the stubs on sys.path for one test of this folder, then take them (and what imported them) away."""
+    import torch
+
     torch.set_num_threads(1)
     with stubs_active(gpu_stub_dir):
         yield gpu_stub_dir
