@@ -11,9 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from oracles.models import ModelConfig, load_model  # noqa: E402
-
 from oracles.hf_cache import cache_kwarg, output_cache  # noqa: E402
+from oracles.models import ModelConfig, load_model  # noqa: E402
 from trainers.generation import sample  # noqa: E402
 from trainers.shared_prefix import response_logits  # noqa: E402
 from trainers.turn_cache import TurnCache  # noqa: E402
