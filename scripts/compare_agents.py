@@ -294,6 +294,7 @@ def main() -> None:
     ap.add_argument("--demo-lr", type=float, default=3e-3)
     ap.add_argument("--hidden-size", type=int, default=128)
     ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--fresh", action="store_true", help="ignore finished runs in --out (default: resume them)")
     ap.add_argument("--merge", nargs="+", metavar="DIR", help="only combine the compare_agents.json of these "
                     "folders (e.g. one run per env, run in parallel) into --out, and plot them")  # fmt: skip
     args = ap.parse_args()
@@ -315,9 +316,17 @@ def main() -> None:
         result["warmup"][name] = {**stats, "train_success": start["train_success"],
                                   "heldout_success": start["heldout_success"]}  # fmt: skip
         print(f"{name} warm-up: {json.dumps(result['warmup'][name])}", flush=True)
+    old = out / "compare_agents.json"
+    if old.exists() and not args.fresh:  # resume: keep the finished runs of an interrupted invocation
+        prev = json.loads(old.read_text())
+        if prev.get("warmup") == result["warmup"]:
+            result["runs"] = prev["runs"]
+    done = {(r["env"], r["arm"], r["seed"]) for r in result["runs"]}
     for seed in args.seeds:  # seed-major: an interrupted run still has every env and arm for its first seeds
         for name in args.envs:
             for arm in args.arms:
+                if (name, arm, seed) in done:
+                    continue
                 run = run_arm(arm, seed, name, envs[name], warms[name], starts[name], args)
                 result["runs"].append(run)
                 last = run["evals"][-1]
@@ -326,6 +335,7 @@ def main() -> None:
                 result["summary"] = summarise(result["runs"])
                 (out / "compare_agents.json").write_text(json.dumps(result, indent=1))
                 plot(result["runs"], out / "compare_agents.png")
+    result["summary"] = summarise(result["runs"])
     result["complete"] = True
     (out / "compare_agents.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result["summary"], indent=1))

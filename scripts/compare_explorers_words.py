@@ -226,6 +226,7 @@ def main() -> None:
     ap.add_argument("--ks", type=int, nargs="+", default=[4, 16], help="pass@k reported besides pass@1")
     ap.add_argument("--hidden-size", type=int, default=128)
     ap.add_argument("--layers", type=int, default=4)
+    ap.add_argument("--fresh", action="store_true", help="ignore finished runs in --out (default: resume them)")
     args = ap.parse_args()
     if any(k > args.eval_samples for k in args.ks):
         ap.error("every --ks value must be <= --eval-samples")
@@ -240,14 +241,23 @@ def main() -> None:
                    "vocabulary": len(task.words)},
         "warmup": warm_stats, "runs": [], "complete": False,
     }  # fmt: skip
+    old = out / "compare_explorers_words.json"
+    if old.exists() and not args.fresh:  # resume: keep the finished runs of an interrupted invocation
+        prev = json.loads(old.read_text())
+        if prev.get("warmup") == warm_stats:
+            result["runs"] = prev["runs"]
+    done = {(r["arm"], r["seed"]) for r in result["runs"]}
     for seed in args.seeds:
         for arm in args.arms:
+            if (arm, seed) in done:
+                continue
             run = run_arm(arm, seed, warm, task, args)
             result["runs"].append(run)
             print(f"{arm}/seed{seed}: {json.dumps(run['evals'][-1])} ({run['wall_s']:.0f} s)", flush=True)
             result["summary"] = summarise(result["runs"], args.ks)
             (out / "compare_explorers_words.json").write_text(json.dumps(result, indent=1))
             plot(result["runs"], out / "compare_explorers_words.png", args.ks)
+    result["summary"] = summarise(result["runs"], args.ks)
     result["complete"] = True
     (out / "compare_explorers_words.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result["summary"], indent=1))
