@@ -262,15 +262,24 @@ def plot(runs: list[dict[str, Any]], png: Path, window: int = 3) -> None:
 
 
 def merge(folders: list[Path], out: Path) -> None:
-    """Combine the results of several runs of this script (say one per env) into one JSON and PNG."""
-    parts = [json.loads((f / "compare_agents.json").read_text()) for f in folders]
-    result: dict[str, Any] = {
-        "config": {str(f): p["config"] for f, p in zip(folders, parts, strict=True)},
-        "warmup": {k: v for p in parts for k, v in p["warmup"].items()},
-        "runs": [r for p in parts for r in p["runs"]],
-        "complete": all(p["complete"] for p in parts),
+    """Combine the results of several runs of this script (say one per env or seed, run in parallel) into one
+    JSON and PNG; folders without results are skipped, a run (env, arm, seed) found twice is kept once."""
+    parts = {
+        f: json.loads((f / "compare_agents.json").read_text()) for f in folders if (f / "compare_agents.json").exists()
     }
-    result["summary"] = summarise(result["runs"])
+    runs, seen = [], set()
+    for p in parts.values():
+        for r in p["runs"]:
+            if (r["env"], r["arm"], r["seed"]) not in seen:
+                seen.add((r["env"], r["arm"], r["seed"]))
+                runs.append(r)
+    result: dict[str, Any] = {
+        "config": {str(f): p["config"] for f, p in parts.items()},
+        "warmup": {k: v for p in parts.values() for k, v in p["warmup"].items()},
+        "runs": runs,
+        "complete": False,  # a merge does not know which runs were planned
+        "summary": summarise(runs),
+    }
     (out / "compare_agents.json").write_text(json.dumps(result, indent=1))
     plot(result["runs"], out / "compare_agents.png")
 
