@@ -2,7 +2,7 @@
 commands are answered as labels (``opt3``), so SERO's oracle rows use the policy's action format.
 
 `register_numbered(env_id, base_id, tasks, **base_kwargs)` registers a gymnasium id for a numbered view of a
-fixed task list and its oracle in `oracles.base.ORACLES` (idempotent), e.g. a train and a held-out id:
+fixed task list, with the base env's facts and this oracle on its `envkit.registration.EnvEntry` (idempotent), e.g. a train and a held-out id:
 
     register_numbered("evidence/ALFWorldNumbered-train", "envkit/ALFWorld-v0", range(0, 40))
     register_numbered("evidence/ALFWorldNumbered-heldout", "envkit/ALFWorld-v0", range(40, 54), evaluation=True)
@@ -11,11 +11,13 @@ fixed task list and its oracle in `oracles.base.ORACLES` (idempotent), e.g. a tr
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import gymnasium as gym
 
-from oracles.base import ORACLES, Oracle, OracleGaveUp, make_oracle
+from envkit.registration import ENVS, env_facts
+from oracles.base import Oracle, OracleGaveUp, make_oracle
 
 
 class NumberedOracle:
@@ -62,5 +64,8 @@ def register_numbered(env_id: str, base_id: str, tasks: Iterable[int], **base_kw
             id=env_id, entry_point="envs.numbered:NumberedActionsEnv", kwargs=kwargs, order_enforce=False,
             disable_env_checker=True,
         )  # fmt: skip
-    ORACLES[env_id] = "oracles.numbered:NumberedOracle"
+    ENVS[env_id] = replace(
+        env_facts(base_id), id=env_id, entry_point="envs.numbered:NumberedActionsEnv",
+        oracle="oracles.numbered:NumberedOracle",
+    )  # fmt: skip
     return env_id

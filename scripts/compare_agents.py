@@ -46,10 +46,10 @@ import numpy as np
 import torch
 
 from envkit.registration import make
+from oracles.models import ModelConfig, load_model
 from oracles.numbered import register_numbered
 from trainers.agent_bc import bc_warmup, demo_rows, demo_words, oracle_demos
 from trainers.local import LocalTrainer, TrainConfig
-from trainers.models import ModelConfig, load_model
 from trainers.multi_turn import AgentConfig, play
 from trainers.word_tasks import save_word_model
 

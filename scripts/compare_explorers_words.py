@@ -46,11 +46,11 @@ from typing import Any
 import numpy as np
 import torch
 
+from oracles.models import ModelConfig, load_model
 from trainers.explorers.eden import EdenConfig
 from trainers.explorers.xrpo import XrpoConfig
 from trainers.generation import sample
 from trainers.local import LocalTrainer, TrainConfig
-from trainers.models import ModelConfig, load_model
 from trainers.prompts import decode, encode_prompt
 from trainers.warmup import sft_warmup
 from trainers.word_tasks import WordSequenceTask, save_word_model
