@@ -10,7 +10,10 @@
   ``e~ = e_b + rho * ||e_b|| * eps / sqrt(d)`` (`trainers.explorers.eden.perturb`) where ``e_b`` is the anchor
   token's row read from the engine's live weights (cached per weight version: every weight update bumps it);
   the executor still records the CLEAN prompt tokens, so the update never sees the extra position;
-- `EnvkitWorkerWrap` (the engines' worker extension) adds ``envkit_embedding_rows`` to read embedding rows.
+- `EnvkitWorkerWrap` (the engines' worker extension) adds ``envkit_embedding_rows`` to read embedding rows and
+  ``envkit_load_weights`` to load named tensors sent through the RPC itself (`EnvkitRolloutActor.load_weights`: a
+  weight sync that needs no NCCL group or CUDA IPC, for small models and CPU engines; OpenRLHF's own
+  ``update_weight`` / ``update_weight_cuda_ipc`` stay the GPU path, and all three bump the weight version).
 """
 
 from __future__ import annotations
@@ -53,6 +56,17 @@ class EnvkitWorkerWrap(WorkerWrap):
     def envkit_embedding_rows(self, token_ids: list[int]) -> torch.Tensor:
         """(L, d) embedding rows of ``token_ids`` from this worker's live model (tensor-parallel safe)."""
         return embedding_rows(self.model_runner.model, token_ids)  # type: ignore[attr-defined]
+
+    def envkit_load_weights(self, weights: list[tuple[str, torch.Tensor]]) -> int:
+        """Load ``(name, tensor)`` pairs (Hugging Face parameter names) into this worker's live model.
+
+        The tensors travel inside the RPC (no process group): meant for small models and CPU engines.
+        Returns the number of pairs loaded.
+        """
+        model = self.model_runner.model  # type: ignore[attr-defined]
+        device = next(model.parameters()).device
+        model.load_weights(weights=[(name, t.to(device)) for name, t in weights])
+        return len(weights)
 
 
 def engine_kwargs(kwargs: dict[str, Any], config: BackendConfig) -> dict[str, Any]:
@@ -109,6 +123,14 @@ class EnvkitRolloutActor(RolloutRayActor.__ray_actor_class__):  # type: ignore[n
     async def update_weight_cuda_ipc(self, *args: Any, **kwargs: Any) -> Any:
         self._bump()
         return await super().update_weight_cuda_ipc(*args, **kwargs)
+
+    async def load_weights(self, weights: list[tuple[str, torch.Tensor]]) -> int:
+        """Load named tensors into every worker's model through the RPC (`EnvkitWorkerWrap.envkit_load_weights`),
+        then drop the prefix cache (its KV entries came from the old weights). Bumps the weight version."""
+        self._bump()
+        done = await self.llm.collective_rpc("envkit_load_weights", args=(list(weights),))
+        await self.llm.reset_prefix_cache()
+        return int(done[0] if isinstance(done, list) else done)
 
     # ----- EDEN --------------------------------------------------------------------------------------------
     async def embedding_rows(self, token_ids: list[int]) -> torch.Tensor:
