@@ -5,7 +5,7 @@
 # random ~0.5B Qwen2-shaped model, scripts/bench_explorers.py at 16 x 8 with 256-token responses, and EDEN's
 # generate(inputs_embeds=...) on CUDA. Results: ONE JSON file, $OUT/device_check.json (partial on a timeout).
 #
-#   bash scripts/device_wheels.sh                       # here, with a registry: .device_wheels/ (~5 MB)
+#   bash scripts/device_wheels.sh                       # here, with a registry: .device_wheels/ (~40 MB)
 #   run: bash scripts/device_check.sh   (carry .device_wheels; timeout_s 540)
 #   bash scripts/device_check.sh --tiny --device cpu    # this script itself on a CPU, minutes
 #
@@ -25,14 +25,14 @@ command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name,memory.tota
 missing=$("$PY" - <<'PY'
 import importlib.util
 mods = {"gymnasium": "gymnasium", "rapidfuzz": "rapidfuzz", "bm25s": "bm25s", "Stemmer": "PyStemmer",
-        "cloudpickle": "cloudpickle", "farama_notifications": "farama-notifications"}
+        "cloudpickle": "cloudpickle", "farama_notifications": "farama-notifications", "scipy": "scipy"}
 print(" ".join(dist for mod, dist in mods.items() if importlib.util.find_spec(mod) is None))
 PY
 )
 if [ -n "$missing" ]; then
   echo "device_check: installing from $WHEELS: $missing"
   [ -d "$WHEELS" ] || { echo "device_check: $WHEELS missing; run scripts/device_wheels.sh and carry it" >&2; exit 2; }
-  "$PY" -m pip install -q --no-index --find-links "$WHEELS" --target "$OUT/.site" $missing 2>&1 | tail -3
+  "$PY" -m pip install -q --no-deps --no-index --find-links "$WHEELS" --target "$OUT/.site" $missing 2>&1 | tail -3
   export PYTHONPATH="$PYTHONPATH:$OUT/.site"
 fi
 timeout "${DEVICE_CHECK_TIMEOUT:-470}" "$PY" scripts/device_check.py --out "$OUT/device_check.json" "$@"

@@ -149,7 +149,7 @@ def engine(vllm_model, openrlhf_imports, anchors, webshop_data, alfworld_data):
 def _greedy(n):
     from vllm import SamplingParams
 
-    return SamplingParams(temperature=0.0, max_tokens=n)
+    return SamplingParams(temperature=0.0, max_tokens=n, ignore_eos=True)
 
 
 def _ids(tok, text):
@@ -247,10 +247,9 @@ def test_multi_turn_episodes_record_the_engines_tokens(engine, tok, anchors, env
     responses = ray.get(actor.generate_planned.remote(prompt, label, params, 3000, tok, specs))
     log = ray.get(actor.take_log.remote())
     assert len(responses) == 2
-    by_prompt = {}
-    for kind, ids, out in log:
-        by_prompt.setdefault(tuple(ids), []).append((kind, out))
-    kinds = []
+    embeds = [(ids, out) for kind, ids, out in log if kind == "embeds"]
+    served = {(tuple(ids), tuple(out)) for kind, ids, out in log if kind == "tokens"}
+    n_turns = 0
     for r in responses:
         rec = RolloutRecord.from_dict(r[RESPONSE_KEY])
         tokens = r["observation_tokens"]
@@ -258,16 +257,17 @@ def test_multi_turn_episodes_record_the_engines_tokens(engine, tok, anchors, env
         assert [(t.start, t.end) for t in rec.turns] == [tuple(x) for x in r["action_ranges"]]
         assert tok.decode(tokens[: rec.turns[0].start]).startswith(prompt.split("{obs}")[0])
         for i, turn in enumerate(rec.turns):
-            served = by_prompt[tuple(tokens[: turn.start])]
-            assert any(out == tokens[turn.start : turn.end] for _, out in served)  # the engine's own tokens
-            kinds.append((rec.spec.noisy, i, served[0][0]))
-            text = tok.decode(tokens[turn.start : turn.end], skip_special_tokens=True)
+            n_turns += 1
+            context, action = tokens[: turn.start], tokens[turn.start : turn.end]
+            if rec.spec.noisy and i == 0:  # through prompt embeddings (the CLEAN prompt's tokens are recorded)
+                assert embeds == [(context, action)]
+            else:  # the engine's own tokens for exactly this context
+                assert (tuple(context), tuple(action)) in served
+            text = tok.decode(action, skip_special_tokens=True)
             assert turn.action == text.split("\n")[0].strip()  # vLLM's text stops before the stop string
         lps = r["rollout_log_probs"]
         assert len(lps) == len(tokens)
         span = [lps[j] for t in rec.turns for j in range(t.start, t.end)]
         assert all(v <= 0.0 for v in span) and any(v < 0.0 for v in span)
-    # the noisy rollout's first turn went through prompt embeddings, every other turn through token prompts
-    assert (True, 0, "embeds") in kinds
-    assert all(kind == "tokens" for noisy, i, kind in kinds if not (noisy and i == 0))
+    assert len(served) == n_turns - 1  # one token request per turn, the noisy first turn excepted
     print(f"\n[vllm] {env_id}: turns {[len(RolloutRecord.from_dict(r[RESPONSE_KEY]).turns) for r in responses]}")
