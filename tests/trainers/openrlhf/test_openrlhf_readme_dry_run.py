@@ -52,7 +52,6 @@ def test_readme_commands_dry_run_with_the_real_vllm(tmp_path, monkeypatch, capsy
     from trainers.cli import main
 
     assert not getattr(vllm, "ENVKIT_STUB", False) and vllm.__version__.startswith("0.29")
-    print(f"\n[vllm] dry runs against the real vllm {vllm.__version__}")
     monkeypatch.chdir(tmp_path)
     _bank_from_docs_recipe(vllm_model, tmp_path / "anchors.npz")
     cmds = _readme_commands(tmp_path)
@@ -74,3 +73,4 @@ def test_readme_commands_dry_run_with_the_real_vllm(tmp_path, monkeypatch, capsy
             assert len(ours["eden_anchors"]) == 8  # the bank the docs' recipe wrote
     assert explorers == [("none", "grpo", False), ("eden", "grpo", False), ("xrpo", "grpo", False),
                          ("none", "graphgpo", True)]  # fmt: skip
+    print(f"\n[vllm] the README's {len(cmds)} commands dry-ran against the real vllm {vllm.__version__}")
