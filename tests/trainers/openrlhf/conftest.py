@@ -152,12 +152,12 @@ def openrlhf_imports(gpu_stub_dir: Path) -> Any:
 
 
 @pytest.fixture(autouse=True)
-def gpu_import_stubs(gpu_stub_dir: Path, record_property: Any) -> Iterator[Path]:
+def gpu_import_stubs(gpu_stub_dir: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
     """Put the stubs on sys.path for one test of this folder, then take them (and what imported them) away.
 
     Records the test's ``vllm`` property: ``real`` (the installed engine) or ``stub``."""
     torch.set_num_threads(1)
-    record_property("vllm", "real" if REAL_VLLM else "stub")
+    request.node.user_properties.append(("vllm", "real" if REAL_VLLM else "stub"))  # junit XML property
     with stubs_active(gpu_stub_dir):
         yield gpu_stub_dir
 
