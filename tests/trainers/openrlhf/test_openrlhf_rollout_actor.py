@@ -184,4 +184,3 @@ def test_packed_weights_round_trip_exactly():
     assert [n for n, _ in back] == ["a.weight", "b.bias", "c"]
     for (_, want), (_, got) in zip(weights, back):
         assert got.dtype == want.dtype and torch.equal(got, want)
-
