@@ -65,11 +65,10 @@ class NumberedActionsEnv(SnapshotEnvBase):
     # ----- rendering -------------------------------------------------------------------------------------
     def _commands(self, info: dict[str, Any]) -> tuple[str, ...]:
         cmds = [str(a) for a in info.get("admissible_actions", ()) if str(a) != "help"]
-        if self.base_id == "envkit/WebShop-v0":
-            from oracles.webshop import _query  # the oracle's own query normalisation
-
+        query = getattr(self.base, "search_query", None)  # WebShop: the one search listed is the instruction's
+        if query is not None:
             instruction = str(info.get("instruction", ""))
-            cmds = [f"search[{_query(instruction)}]" if c.startswith("search[") else c for c in cmds]
+            cmds = [f"search[{query(instruction)}]" if c.startswith("search[") else c for c in cmds]
         return tuple(cmds)
 
     def _shown(self, command: str) -> str:

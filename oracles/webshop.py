@@ -18,7 +18,6 @@ option of the product (human goals can name such values), or when the episode is
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -27,13 +26,8 @@ import gymnasium as gym
 from envs.webshop.catalog import Goal, Product
 from envs.webshop.reward import normalize_color, token_set_ratio
 from envs.webshop.search import RESULTS_PER_PAGE
-from envs.webshop.shop import BACK, BUY, MAX_QUERY_CHARS, NEXT, PREV, ShopState
+from envs.webshop.shop import BACK, BUY, NEXT, PREV, ShopState, search_query
 from oracles.base import OracleGaveUp
-
-
-def _query(text: str) -> str:
-    q = " ".join(re.sub(r"[\[\]]", " ", text).lower().split())
-    return q[:MAX_QUERY_CHARS].rsplit(" ", 1)[0] if len(q) > MAX_QUERY_CHARS else q
 
 
 def target_options(product: Product, goal: Goal) -> tuple[dict[str, str], list[str]]:
@@ -104,7 +98,7 @@ class WebShopOracle:
         if missing and self.strict:
             raise OracleGaveUp(f"goal options not settable on {goal.asin}: {', '.join(missing)}")
         queries = [product.title, f"{goal.query} {' '.join(goal.attributes)}", goal.instruction_text]
-        self._queries = list(dict.fromkeys(q for q in (_query(x) for x in queries) if q))
+        self._queries = list(dict.fromkeys(q for q in (search_query(x) for x in queries) if q))
         shop: ShopState = base.state.shop
         self._qi = self._queries.index(shop.query) if shop.query in self._queries else 0
         if shop.query and shop.query not in self._queries:

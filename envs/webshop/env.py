@@ -42,6 +42,7 @@ from envs.webshop.shop import (
     clickables,
     page_elements,
     relative_href,
+    search_query,
     state_path,
     transition,
 )
@@ -188,6 +189,9 @@ class WebShopEnvBase(SnapshotEnvBase):
     @property
     def catalog(self) -> Catalog:
         return self.core.catalog
+
+    #: ``search_query(text)``: a valid search argument from free text (`envs.webshop.shop.search_query`).
+    search_query = staticmethod(search_query)
 
     @property
     def goal(self) -> Goal:

@@ -35,6 +35,15 @@ BACK, PREV, NEXT, BUY = "back to search", "< prev", "next >", "buy now"
 _LABELS = {BACK: "Back to Search", PREV: "< Prev", NEXT: "Next >", BUY: "Buy Now"}
 _ACTION = re.compile(r"^\s*(search|click)\s*\[(.*)\]\s*$", re.S | re.I)
 MAX_QUERY_CHARS = 300
+
+
+def search_query(text: str) -> str:
+    """A valid ``search[...]`` argument from free text: brackets removed, lower case, whitespace collapsed, cut at a
+    word boundary to `MAX_QUERY_CHARS` (the goal oracle searches for the instruction this way)."""
+    q = " ".join(re.sub(r"[\[\]]", " ", text).lower().split())
+    return q[:MAX_QUERY_CHARS].rsplit(" ", 1)[0] if len(q) > MAX_QUERY_CHARS else q
+
+
 SEARCH_PLACEHOLDER = "search[<your query>]"
 
 
