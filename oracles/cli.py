@@ -95,17 +95,29 @@ def _check_out(out: str) -> None:
         raise _fail(f"cannot write the output {out!r} ({exc.strerror or exc}); choose a writable --out") from exc
 
 
-def _kwargs(items: list[str], flag: str) -> dict[str, Any]:
+def parse_kwargs(items: list[str], flag: str) -> dict[str, Any]:
+    """``KEY=VALUE`` options (VALUE parsed as JSON when it can be, else kept as text) as a dict.
+
+    Raises:
+        ValueError: an item without ``=`` or without a key (the message names `flag`).
+    """
     out: dict[str, Any] = {}
     for item in items:
         key, sep, value = item.partition("=")
         if not sep or not key:
-            raise _fail(f"{flag} takes KEY=VALUE (VALUE parsed as JSON when it can be), got {item!r}")
+            raise ValueError(f"{flag} takes KEY=VALUE (VALUE parsed as JSON when it can be), got {item!r}")
         try:
             out[key] = json.loads(value)
         except json.JSONDecodeError:
             out[key] = value
     return out
+
+
+def _kwargs(items: list[str], flag: str) -> dict[str, Any]:
+    try:
+        return parse_kwargs(items, flag)
+    except ValueError as exc:
+        raise _fail(str(exc)) from exc
 
 
 @app.command()

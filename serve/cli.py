@@ -8,7 +8,6 @@ Example::
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Annotated, Any
 
@@ -18,16 +17,12 @@ app = typer.Typer(add_completion=False, help=__doc__)
 
 
 def _kwargs(items: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"--env-kwarg takes KEY=VALUE (VALUE parsed as JSON when it can be), got {item!r}")
-        try:
-            out[key] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key] = value
-    return out
+    from oracles.cli import parse_kwargs
+
+    try:
+        return parse_kwargs(items, "--env-kwarg")
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from exc
 
 
 @app.command()
