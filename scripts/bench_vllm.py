@@ -65,7 +65,7 @@ def bench_transformers(folder: Path, prompts: list[list[int]], new: int, repeats
     import torch
 
     from trainers.generation import sample
-    from trainers.models import ModelConfig, load_model
+    from oracles.models import ModelConfig, load_model
 
     torch.set_num_threads(threads)
     model, tok = load_model(ModelConfig(path=str(folder), device="cpu" if not torch.cuda.is_available() else "auto"))
@@ -153,7 +153,7 @@ def main() -> None:
     import vllm
     from transformers import AutoTokenizer
 
-    from trainers.models import gguf_to_folder, smollm2_gguf
+    from oracles.models import gguf_to_folder, smollm2_gguf
 
     folder = Path(args.model) if args.model else gguf_to_folder(smollm2_gguf())
     tok = AutoTokenizer.from_pretrained(folder)

@@ -52,7 +52,7 @@ def build_model(folder: Path, shape: dict[str, int], dtype: str) -> dict[str, An
     import torch
     import transformers
 
-    from trainers.models import byte_tokenizer
+    from oracles.models import byte_tokenizer
 
     tok = byte_tokenizer()
     cfg = transformers.Qwen2Config(
@@ -136,7 +136,7 @@ def check_train(folder: Path, device: str, dtype: str, task: str, explorer: str,
     from trainers.explorers.eden import EdenConfig
     from trainers.explorers.xrpo import XrpoConfig
     from trainers.local import TrainConfig, train
-    from trainers.models import ModelConfig
+    from oracles.models import ModelConfig
     from trainers.multi_turn import AgentConfig
 
     eden = EdenConfig(n_noisy=2, n_anchors=4, candidate_percentiles=(0.0, 100.0), n_selection_prompts=8,
