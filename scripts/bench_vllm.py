@@ -64,8 +64,8 @@ def bench_transformers(folder: Path, prompts: list[list[int]], new: int, repeats
     """`trainers.generation.sample` (the local trainer's generation) on the float32 model."""
     import torch
 
-    from trainers.generation import sample
     from oracles.models import ModelConfig, load_model
+    from trainers.generation import sample
 
     torch.set_num_threads(threads)
     model, tok = load_model(ModelConfig(path=str(folder), device="cpu" if not torch.cuda.is_available() else "auto"))

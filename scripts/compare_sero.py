@@ -102,7 +102,9 @@ def main() -> None:
     (out / "compare_sero.json").write_text(json.dumps(result, indent=1))
     plot(arms, out / "compare_sero.png")
     print(json.dumps(summary, indent=1))
-    print(f"wrote {out / 'compare_sero.json'} and {out / 'compare_sero.png'} (runs: {out / 'graphgpo'}, {out / 'sero'})")
+    print(
+        f"wrote {out / 'compare_sero.json'} and {out / 'compare_sero.png'} (runs: {out / 'graphgpo'}, {out / 'sero'})"
+    )
 
 
 if __name__ == "__main__":

@@ -133,10 +133,10 @@ def check_eden_embeds(folder: Path, device: str, dtype: str, rows: int, new: int
 def check_train(folder: Path, device: str, dtype: str, task: str, explorer: str, agent: dict, tiny: bool,
                 run_dir: Path, steps: int) -> dict[str, Any]:  # fmt: skip
     """`trainers.local.train` on `device` for `steps` steps; the last record and the median step time."""
+    from oracles.models import ModelConfig
     from trainers.explorers.eden import EdenConfig
     from trainers.explorers.xrpo import XrpoConfig
     from trainers.local import TrainConfig, train
-    from oracles.models import ModelConfig
     from trainers.multi_turn import AgentConfig
 
     eden = EdenConfig(n_noisy=2, n_anchors=4, candidate_percentiles=(0.0, 100.0), n_selection_prompts=8,
