@@ -2,8 +2,10 @@
 
 `load_assets` keeps them in a process-wide LRU cache and in a disk cache (pickles keyed by the game file's
 content and the engine packages' versions), so resets never re-translate (TextWorld translates twice per
-reset) and a new process does not either. Trap handled here: `fast_downward.pddl2sas` overwrites ``sys.argv``
-on every call; `_translate` restores it.
+reset) and a new process does not either. Traps handled here: `fast_downward.pddl2sas` overwrites ``sys.argv``
+on every call (`_translate` restores it), and TextWorld parses grammars with one module-global TatSu parser that
+is not thread-safe (two threads building assets at once corrupt its state stack: ``IndexError: pop from empty
+list``), so builds in one process take `_BUILD_LOCK` in turn.
 """
 
 from __future__ import annotations
@@ -88,6 +90,8 @@ class GameAssets:
 
 _ASSETS: OrderedDict[str, GameAssets] = OrderedDict()
 _ASSETS_LOCK = threading.Lock()
+#: Serialises `_build_assets`: TextWorld's grammar parser and ``sys.argv`` are process-global state.
+_BUILD_LOCK = threading.Lock()
 
 
 def _build_assets(key: str, data: Mapping[str, Any], lib: Any) -> GameAssets:
@@ -204,15 +208,25 @@ def load_assets(
         except (OSError, pickle.UnpicklingError, EOFError, AttributeError, TypeError, ImportError):
             assets = None  # a stale or partial cache entry: rebuild it
     if assets is None:
-        engine._loaded = None
-        engine.generation += 1
-        assets = _build_assets(key, json.loads(raw), engine.downward_lib)
-        if pkl is not None:
-            pkl.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=pkl.parent, suffix=".tmp")
-            with os.fdopen(fd, "wb") as f:
-                _HashSafePickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump(assets)
-            os.replace(tmp, pkl)
+        with _BUILD_LOCK:
+            with _ASSETS_LOCK:
+                built = _ASSETS.get(key)  # another thread may have built it while this one waited
+            if built is not None:
+                return built
+            engine._loaded = None
+            engine.generation += 1
+            assets = _build_assets(key, json.loads(raw), engine.downward_lib)
+            if pkl is not None:
+                pkl.parent.mkdir(parents=True, exist_ok=True)
+                fd, tmp = tempfile.mkstemp(dir=pkl.parent, suffix=".tmp")
+                with os.fdopen(fd, "wb") as f:
+                    _HashSafePickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump(assets)
+                os.replace(tmp, pkl)
+            with _ASSETS_LOCK:
+                _ASSETS[key] = assets
+                while len(_ASSETS) > max(1, cache_size):
+                    _ASSETS.popitem(last=False)
+            return assets
     with _ASSETS_LOCK:
         _ASSETS[key] = assets
         while len(_ASSETS) > max(1, cache_size):

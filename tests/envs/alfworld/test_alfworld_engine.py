@@ -97,3 +97,39 @@ def test_many_envs_in_one_process_are_independent(alfworld_data):
     finally:
         a.close()
         b.close()
+
+
+def test_concurrent_first_resets_build_a_game_once_and_agree(alfworld_data, tmp_path, monkeypatch):
+    """Threads that reset separate envs on one not-yet-built game (fresh cache) all succeed with one build.
+
+    TextWorld parses grammars with one module-global parser that is not thread-safe; unserialised, two threads
+    building assets at once die with ``IndexError: pop from empty list`` (seen in OpenRLHF's rollout actor,
+    which resets envs from ``asyncio.to_thread``).
+    """
+    from concurrent.futures import ThreadPoolExecutor
+
+    from envs.alfworld import assets
+    from envs.alfworld.env import ALFWorldEnv
+
+    builds: list[str] = []
+    real = assets._build_assets
+
+    def counting(key, data, lib):
+        builds.append(key)
+        return real(key, data, lib)
+
+    monkeypatch.setattr(assets, "_build_assets", counting)
+    envs = [ALFWorldEnv(data_dir=alfworld_data, cache_dir=tmp_path) for _ in range(4)]
+    game = 7
+    key = str(envs[0].games[game].gamefile().resolve())
+    with assets._ASSETS_LOCK:
+        assets._ASSETS.pop(key, None)  # force a build in this process (the disk cache is fresh: tmp_path)
+    try:
+        with ThreadPoolExecutor(len(envs)) as pool:
+            results = list(pool.map(lambda e: e.reset(seed=1, options={"game": game}), envs))
+        assert builds.count(key) == 1
+        assert len({obs for obs, _ in results}) == 1
+        assert all(info["admissible_actions"] for _, info in results)
+    finally:
+        for e in envs:
+            e.close()
