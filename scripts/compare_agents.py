@@ -25,7 +25,7 @@ reachability weight. Writes ``<out>/compare_agents.json`` and ``<out>/compare_ag
 seeds).
 
 Usage:
-    python scripts/compare_agents.py --out docs/results                 # defaults: both envs, 3 seeds
+    python scripts/compare_agents.py --out docs/results   # defaults: both envs, 4 arms, 2 seeds, 2 processes
     python scripts/compare_agents.py --out /tmp/a --envs webshop --seeds 0 --steps 2 --eval-every 1 \
         --demo-steps 5 --eval-episodes 1                                    # smoke settings
 
@@ -38,7 +38,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing as mp
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -132,7 +134,10 @@ def evaluate(model: Any, tok: Any, env_id: str, tasks: list[int], acfg: AgentCon
     per_task = np.zeros(len(tasks))
     for e in eps:
         per_task[e.group] += float(e.success) / episodes
-    return {"success": float(per_task.mean()), "per_task": per_task.round(3).tolist()}
+    acts = [bad for e in eps for bad in e.invalid]
+    return {"success": float(per_task.mean()), "per_task": per_task.round(3).tolist(),
+            "invalid_share": float(np.mean(acts)) if acts else 0.0,
+            "turns": float(np.mean([len(e.actions) for e in eps])) if eps else 0.0}  # fmt: skip
 
 
 def run_arm(arm: str, seed: int, name: str, env: dict[str, Any], warm: Path, start: dict[str, Any],
@@ -176,7 +181,9 @@ def eval_both(model: Any, tok: Any, env: dict[str, Any], acfg: AgentConfig, args
     tr = evaluate(model, tok, env["train_id"], train, acfg, args.eval_episodes)
     he = evaluate(model, tok, env["heldout_id"], list(range(len(env["heldout"]))), acfg, args.eval_episodes)
     return {"train_success": tr["success"], "train_per_task": tr["per_task"], "heldout_success": he["success"],
-            "heldout_per_task": he["per_task"]}  # fmt: skip
+            "heldout_per_task": he["per_task"], "train_invalid_share": tr["invalid_share"],
+            "heldout_invalid_share": he["invalid_share"], "train_turns": tr["turns"],
+            "heldout_turns": he["turns"]}  # fmt: skip
 
 
 def summarise(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -284,13 +291,22 @@ def merge(folders: list[Path], out: Path) -> None:
     plot(result["runs"], out / "compare_agents.png")
 
 
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
+def _run_job(arm: str, seed: int, name: str, warm: Path, start: dict[str, Any], args: argparse.Namespace) -> dict:
+    """`run_arm` in a worker process (the numbered env ids are registered per process)."""
+    return run_arm(arm, seed, name, register(name), warm, start, args)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="runs/compare_agents")
     ap.add_argument("--envs", nargs="+", default=list(ENVS), choices=list(ENVS))
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    ap.add_argument("--steps", type=int, default=15)
+    ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1])
+    ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--tasks-per-step", type=int, default=4)
     ap.add_argument("--group-size", type=int, default=4, help="episodes per task (GRPO group)")
     ap.add_argument("--lr", type=float, default=1e-3)
@@ -303,6 +319,7 @@ def main() -> None:
     ap.add_argument("--demo-lr", type=float, default=3e-3)
     ap.add_argument("--hidden-size", type=int, default=128)
     ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--jobs", type=int, default=2, help="runs trained in parallel (one process and thread each)")
     ap.add_argument("--fresh", action="store_true", help="ignore finished runs in --out (default: resume them)")
     ap.add_argument("--merge", nargs="+", metavar="DIR", help="only combine the compare_agents.json of these "
                     "folders (e.g. one run per env, run in parallel) into --out, and plot them")  # fmt: skip
@@ -331,19 +348,30 @@ def main() -> None:
         if prev.get("warmup") == result["warmup"]:
             result["runs"] = prev["runs"]
     done = {(r["env"], r["arm"], r["seed"]) for r in result["runs"]}
-    for seed in args.seeds:  # seed-major: an interrupted run still has every env and arm for its first seeds
-        for name in args.envs:
-            for arm in args.arms:
-                if (name, arm, seed) in done:
-                    continue
-                run = run_arm(arm, seed, name, envs[name], warms[name], starts[name], args)
-                result["runs"].append(run)
-                last = run["evals"][-1]
-                print(f"{name}/{arm}/seed{seed}: train {last['train_success']:.3f} heldout "
-                      f"{last['heldout_success']:.3f} ({run['wall_s']:.0f} s)", flush=True)  # fmt: skip
-                result["summary"] = summarise(result["runs"])
-                (out / "compare_agents.json").write_text(json.dumps(result, indent=1))
-                plot(result["runs"], out / "compare_agents.png")
+    # seed-major: an interrupted run still has every env and arm for its first seeds
+    todo = [(arm, seed, name) for seed in args.seeds for name in args.envs for arm in args.arms
+            if (name, arm, seed) not in done]  # fmt: skip
+
+    def finished(run: dict[str, Any]) -> None:
+        result["runs"].append(run)
+        last = run["evals"][-1]
+        print(f"{run['env']}/{run['arm']}/seed{run['seed']}: train {last['train_success']:.3f} heldout "
+              f"{last['heldout_success']:.3f} ({run['wall_s']:.0f} s)", flush=True)  # fmt: skip
+        result["summary"] = summarise(result["runs"])
+        (out / "compare_agents.json").write_text(json.dumps(result, indent=1))
+        plot(result["runs"], out / "compare_agents.png")
+
+    if args.jobs <= 1:
+        for arm, seed, name in todo:
+            finished(run_arm(arm, seed, name, envs[name], warms[name], starts[name], args))
+    else:  # each worker is one process with one torch thread; it registers the envs' numbered ids itself
+        with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn"), initializer=_one_thread) as pool:
+            futures = [pool.submit(_run_job, arm, seed, name, warms[name], starts[name], args)
+                       for arm, seed, name in todo]  # fmt: skip
+            for fut in as_completed(futures):
+                finished(fut.result())
+    order = {(n, a): i for i, (n, a) in enumerate((n, a) for n in ENVS for a in ARMS)}
+    result["runs"].sort(key=lambda r: (r["seed"], order[(r["env"], r["arm"])]))
     result["summary"] = summarise(result["runs"])
     result["complete"] = True
     (out / "compare_agents.json").write_text(json.dumps(result, indent=1))

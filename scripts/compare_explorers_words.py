@@ -6,7 +6,11 @@ stride 1 or 2, forwards or backwards), ~390 train problems and ~84 held-out ones
 (hidden 128, 4 layers) on a word-level tokenizer, so EDEN's anchor candidates are words (single-word alphabetic
 tokens, the METHODS rule), not answer digits as on the arithmetic task of `compare_explorers.py`.
 
-One supervised warm-up (``--warmup-steps``) leaves the model partly solving the task; every arm starts from
+One supervised warm-up (``--warmup-steps``) leaves the model partly solving the task. Half of its rows
+(``--warmup-distractor-share``) get one random vocabulary word appended to the prompt, outside the loss, so the
+model learns to answer past one extra input position, as a pretrained LLM does: EDEN's noisy rollouts append one
+such position, and a model trained without it reads that position as the first word of its answer (with
+``--warmup-distractor-share 0`` every noisy rollout fails). Every arm starts from
 that checkpoint with the same seed, prompts per step, rollout budget per step (prompts_per_step * group_size)
 and loss settings:
 
@@ -26,7 +30,7 @@ Writes ``<out>/compare_explorers_words.json`` (config, warm-up, per-run curves a
 and std over seeds) and ``<out>/compare_explorers_words.png``.
 
 Usage:
-    python scripts/compare_explorers_words.py --out docs/results             # defaults: ~15 min on an idle CPU
+    python scripts/compare_explorers_words.py --out docs/results   # defaults: 7 arms x 3 seeds, 2 processes
     python scripts/compare_explorers_words.py --out /tmp/w --steps 2 --seeds 0 --warmup-steps 5 --eval-every 1
 
 What it can show: at this budget, whether an explorer or ablation moves held-out pass@1 / pass@k, entropy and
@@ -39,7 +43,9 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import multiprocessing as mp
 import time
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +53,7 @@ import numpy as np
 import torch
 
 from oracles.models import ModelConfig, load_model
+from trainers.explorers.anchors import decoded_vocab
 from trainers.explorers.eden import EdenConfig
 from trainers.explorers.xrpo import XrpoConfig
 from trainers.generation import sample
@@ -96,6 +103,23 @@ def evaluate(model: Any, tok: Any, task: WordSequenceTask, n: int, ks: list[int]
     return out
 
 
+def word_ids(tok: Any) -> list[int]:
+    """Ids of the vocabulary's alphabetic words (the warm-up's distractors; EDEN's anchor candidates are among
+    them)."""
+    return [i for i, w in enumerate(decoded_vocab(tok)) if w.isascii() and w.isalpha() and len(w) >= 2]
+
+
+def extra_position_accuracy(model: Any, tok: Any, task: WordSequenceTask, seed: int = 12345) -> float:
+    """Greedy held-out accuracy with one random vocabulary word appended to each prompt: how well the model
+    answers past one extra input position (what an EDEN noisy rollout adds; rho = 0 is exactly this)."""
+    rng = np.random.default_rng(seed)
+    ids = word_ids(tok)
+    probs = list(task.heldout)
+    prompts = [[*encode_prompt(tok, p.prompt, raw=True), int(rng.choice(ids))] for p in probs]
+    g = sample(model, tok, prompts, [1e-4] * len(prompts), max_new_tokens=task.answer_len + 1, seed=seed)
+    return float(np.mean(task.score(probs, [decode(tok, t) for t in g.tokens])))
+
+
 def warm_up(out: Path, task: WordSequenceTask, args: argparse.Namespace) -> tuple[Path, dict]:
     """Build the word model and train (or reuse) the shared warm-up checkpoint."""
     folder = out / "warmup"
@@ -104,10 +128,13 @@ def warm_up(out: Path, task: WordSequenceTask, args: argparse.Namespace) -> tupl
     save_word_model(folder, task.words, hidden_size=args.hidden_size, layers=args.layers)
     model, tok = load_model(ModelConfig(path=str(folder), device="cpu"))
     t0 = time.perf_counter()
-    losses = sft_warmup(model, tok, task, steps=args.warmup_steps, batch=64, lr=3e-3, seed=0, progress=False)
+    losses = sft_warmup(model, tok, task, steps=args.warmup_steps, batch=64, lr=3e-3, seed=0, progress=False,
+                        distractor_ids=word_ids(tok), distractor_share=args.warmup_distractor_share)  # fmt: skip
     model.save_pretrained(folder)
-    stats = {"steps": args.warmup_steps, "final_loss": losses[-1] if losses else None,
-             "seconds": time.perf_counter() - t0, **evaluate(model, tok, task, args.eval_samples, args.ks)}  # fmt: skip
+    stats = {"steps": args.warmup_steps, "distractor_share": args.warmup_distractor_share,
+             "final_loss": losses[-1] if losses else None, "seconds": time.perf_counter() - t0,
+             "heldout_greedy_extra_position": extra_position_accuracy(model, tok, task),
+             **evaluate(model, tok, task, args.eval_samples, args.ks)}  # fmt: skip
     (folder / "warmup.json").write_text(json.dumps(stats))
     return folder, stats
 
@@ -209,13 +236,22 @@ def plot(runs: list[dict[str, Any]], png: Path, ks: list[int], window: int = 5) 
     plt.close(fig)
 
 
+def _one_thread() -> None:
+    torch.set_num_threads(1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="runs/compare_explorers_words")
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     ap.add_argument("--arms", nargs="+", default=list(ARMS), choices=list(ARMS))
-    ap.add_argument("--warmup-steps", type=int, default=250)
+    ap.add_argument("--warmup-steps", type=int, default=600)
+    ap.add_argument("--warmup-distractor-share", type=float, default=0.5,
+                    help="share of warm-up rows with one random word appended to the prompt (not in the loss), so "
+                    "the model tolerates EDEN's extra input position; 0 = the old warm-up, where every noisy "
+                    "rollout fails")  # fmt: skip
+    ap.add_argument("--jobs", type=int, default=2, help="runs trained in parallel (one process and thread each)")
     ap.add_argument("--prompts-per-step", type=int, default=16)
     ap.add_argument("--group-size", type=int, default=8)
     ap.add_argument("--n-anchors", type=int, default=4)
@@ -247,16 +283,24 @@ def main() -> None:
         if prev.get("warmup") == warm_stats:
             result["runs"] = prev["runs"]
     done = {(r["arm"], r["seed"]) for r in result["runs"]}
-    for seed in args.seeds:
-        for arm in args.arms:
-            if (arm, seed) in done:
-                continue
-            run = run_arm(arm, seed, warm, task, args)
-            result["runs"].append(run)
-            print(f"{arm}/seed{seed}: {json.dumps(run['evals'][-1])} ({run['wall_s']:.0f} s)", flush=True)
-            result["summary"] = summarise(result["runs"], args.ks)
-            (out / "compare_explorers_words.json").write_text(json.dumps(result, indent=1))
-            plot(result["runs"], out / "compare_explorers_words.png", args.ks)
+    todo = [(arm, seed) for seed in args.seeds for arm in args.arms if (arm, seed) not in done]
+
+    def finished(run: dict[str, Any]) -> None:
+        result["runs"].append(run)
+        print(f"{run['arm']}/seed{run['seed']}: {json.dumps(run['evals'][-1])} ({run['wall_s']:.0f} s)", flush=True)
+        result["summary"] = summarise(result["runs"], args.ks)
+        (out / "compare_explorers_words.json").write_text(json.dumps(result, indent=1))
+        plot(result["runs"], out / "compare_explorers_words.png", args.ks)
+
+    if args.jobs <= 1:
+        for arm, seed in todo:
+            finished(run_arm(arm, seed, warm, task, args))
+    else:  # seed-major order is kept in the queue; each worker is one process with one torch thread
+        with ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn"), initializer=_one_thread) as pool:
+            futures = [pool.submit(run_arm, arm, seed, warm, task, args) for arm, seed in todo]
+            for fut in as_completed(futures):
+                finished(fut.result())
+    result["runs"].sort(key=lambda r: (r["seed"], list(ARMS).index(r["arm"])))
     result["summary"] = summarise(result["runs"], args.ks)
     result["complete"] = True
     (out / "compare_explorers_words.json").write_text(json.dumps(result, indent=1))

@@ -34,6 +34,7 @@ def test_compare_agents_on_webshop_writes_both_arms_evals_and_sero_rescues(tmp_p
         assert [e["step"] for e in run["evals"]] == [0, 1, 2]
         assert len(run["evals"][-1]["train_per_task"]) == 4 and len(run["evals"][-1]["heldout_per_task"]) == 20
         assert all(0.0 <= e["train_success"] <= 1.0 and 0.0 <= e["heldout_success"] <= 1.0 for e in run["evals"])
+        assert all(0.0 <= e["heldout_invalid_share"] <= 1.0 and e["heldout_turns"] >= 1 for e in run["evals"])
         assert len(run["curves"]) == 2 and all(0.0 <= c["zero_adv_fraction"] <= 1.0 for c in run["curves"])
     assert runs["GRPO"]["evals"][0] == runs["GraphGPO + SERO"]["evals"][0]  # one warm-up start for every arm
     sero = result["summary"]["webshop/GraphGPO + SERO"]
@@ -49,6 +50,7 @@ def test_compare_explorers_words_writes_every_arm_with_pass_at_k(tmp_path):
           "--prompts-per-step", "4"])  # fmt: skip
     result = json.loads((tmp_path / "compare_explorers_words.json").read_text())
     assert result["complete"] and result["config"]["heldout_problems"] == 84
+    assert result["warmup"]["distractor_share"] == 0.5 and 0.0 <= result["warmup"]["heldout_greedy_extra_position"] <= 1
     arms = {r["arm"]: r for r in result["runs"]}
     assert set(arms) == {"grpo", "eden", "eden_rho0", "eden_no_anchor", "eden_random_anchor", "eden_fixed_anchor",
                          "xrpo"}  # fmt: skip
