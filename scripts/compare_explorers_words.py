@@ -164,7 +164,8 @@ def run_arm(arm: str, seed: int, warm: Path, task: WordSequenceTask, args: argpa
     keep = ("step", *CURVES, "eden_noisy_kept_share", "eden_noisy_success_rate", "eden_bank_relaxed", "xrpo_icl_share")
     anchors = []
     if explorer == "eden":
-        anchors = [trainer.tok.convert_ids_to_tokens(int(t)) for t in trainer.explorer.bank.token_ids]
+        driver: Any = trainer.explorer  # the single-turn EDEN driver (it holds the anchor bank)
+        anchors = [trainer.tok.convert_ids_to_tokens(int(t)) for t in driver.bank.token_ids]
     return {
         "arm": arm, "seed": seed, "wall_s": time.perf_counter() - t0, "anchors": anchors, "evals": evals,
         "curves": [{k: r[k] for k in keep if k in r} for r in records],
