@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from envkit.capability import capability_from_metadata
-from envkit.core import Root, Trajectory
+from envkit.core import Trajectory
 from envkit.credit.defaults import P_FLOOR, TAU_W, W_MIN
-from envkit.credit.sero import SeroConfig, credit_group, select_roots
+from envkit.credit.sero import RootRounds, SeroConfig, credit_group
 from envkit.io import RecordStore
 from envkit.lifetime import OwnerTrackingPool
 from envkit.policies import Policy, PolicyInput
@@ -152,10 +152,6 @@ class RunConfig:
         return d
 
 
-#: Rounds of replacement roots after roots were found dead (`continue_roots`).
-DEAD_ROOT_ROUNDS = 8
-
-
 def continue_roots(
     pool: OwnerTrackingPool,
     env_id: str,
@@ -166,28 +162,18 @@ def continue_roots(
     """Select the roots of each group and continue them; dead roots are replaced (outcomes per group).
 
     A root the oracle's ``dead_end`` check proves unwinnable comes back at once with ``dead_end`` set (no oracle
-    step is spent on it); the group then gets its next root candidate in its place (never one already tried),
-    for up to `DEAD_ROOT_ROUNDS` rounds, so dead ends do not use up a group's ``roots_per_group``. The dead
-    outcomes stay in the list (counted as ``dead_roots_skipped``). Depends only on the groups, not on the pool.
+    step is spent on it); the group then gets its next root candidate in its place (`envkit.credit.sero.RootRounds`:
+    never one already tried, up to ``DEAD_ROOT_ROUNDS`` rounds), so dead ends do not use up a group's
+    ``roots_per_group``. The dead outcomes stay in the list (counted as ``dead_roots_skipped``). Depends only on
+    the groups, not on the pool.
     """
     per_task: list[list[ContinuationOutcome]] = [[] for _ in idx]
-    tried: list[set[str]] = [set() for _ in idx]
-    need = [sero.roots_per_group] * len(idx)
-    for _ in range(1 + DEAD_ROOT_ROUNDS):
-        picks: list[tuple[int, Root]] = []
-        for k, (i, g) in enumerate(zip(idx, groups, strict=True)):
-            if need[k] > 0:
-                cfg_k = dataclasses.replace(sero, roots_per_group=need[k])
-                rs = select_roots(g, group=i, config=cfg_k, exclude=tried[k])
-                tried[k].update(r.observation for r in rs)
-                picks += [(k, r) for r in rs]
-        if not picks:
-            break
+    pickers = [RootRounds(g, i, sero) for i, g in zip(idx, groups, strict=True)]
+    while picks := [(k, r) for k, picker in enumerate(pickers) for r in picker.pick()]:
         jobs = [job_for(r, groups[k][r.trajectory], env_id, sero.horizon, **sero.oracle_kwargs) for k, r in picks]
-        need = [0] * len(idx)
         for (k, _), o in zip(picks, run_continuations(pool, jobs), strict=True):
             per_task[k].append(o)
-            need[k] += o.dead_end
+            pickers[k].settle(dead=o.dead_end)
     return per_task
 
 

@@ -5,8 +5,9 @@ After `trainers.multi_turn.play` (with ``record=True``: every step keeps a snaps
 `sero_credit` does, per task group:
 
 1. `envkit.credit.sero.select_roots`: states on failed episodes with no known path to success, deepest first, at most
-   ``sero_opts.roots_per_group``;
-2. `envkit.credit.sero.continue_from_root` in the episode's own env: native restore of the snapshot (else verified
+   ``sero_opts.roots_per_group``; a root the oracle proves dead (``dead_end``) is replaced by the next candidate
+   (`envkit.credit.sero.RootRounds`), so dead ends do not use up the group's roots;
+2. `oracles.continuation.continue_from_root` in the episode's own env: native restore of the snapshot (else verified
    replay from the seed), then the env's oracle acts in the live env; only continuations the env confirms as
    success are used;
 3. `envkit.credit.sero.credit_group`: GraphGPO credit of the group with the oracle transitions added, so the policy's
@@ -31,7 +32,7 @@ import numpy as np
 import torch
 
 from envkit.credit.reachability import reachability_weights
-from envkit.credit.sero import credit_group, select_roots
+from envkit.credit.sero import RootRounds, credit_group
 from envkit.lifetime import discard_many
 from oracles.continuation import ContinuationOutcome, continue_from_root, job_for
 from trainers.multi_turn import AgentConfig, Episode, continuation_ids
@@ -74,7 +75,7 @@ def sero_credit(model: Any, tokenizer: Any, env_id: str, episodes: list[Episode]
     scfg = opts.sero_config(cfg.max_turns, gamma_g=cfg.gamma_g, terminal_reward=cfg.success_reward)
     budget = opts.max_oracle_rows(len(episodes))
     counts = dict.fromkeys(
-        ("tried", "restored", "native", "diverged", "succeeded", "capped", "too_long", "discarded"), 0
+        ("tried", "dead", "restored", "native", "diverged", "succeeded", "capped", "too_long", "discarded"), 0
     )
     turn_adv: dict[tuple[int, int], np.ndarray] = {}
     rows: list[OracleRow] = []
@@ -82,19 +83,25 @@ def sero_credit(model: Any, tokenizer: Any, env_id: str, episodes: list[Episode]
         eps = sorted((e for e in episodes if e.group == g), key=lambda e: e.index)
         trajs = [e.trajectory(env_id) for e in eps]
         outcomes: list[ContinuationOutcome] = []
-        for root in select_roots(trajs, group=g, config=scfg):
-            if len(rows) + len(outcomes) >= budget:
-                counts["capped"] += 1
-                continue
-            counts["tried"] += 1
-            out = continue_from_root(
-                eps[root.trajectory].env, job_for(root, trajs[root.trajectory], env_id, cfg.max_turns)
-            )
-            counts["restored"] += int(bool(out.restored_by))
-            counts["native"] += int(out.restored_by == "native")
-            counts["diverged"] += int(out.diverged)
-            if out.success:
-                outcomes.append(out)
+        picker = RootRounds(trajs, g, scfg)  # a root the oracle proves dead is replaced by the next candidate
+        while roots := picker.pick():
+            for root in roots:
+                if len(rows) + len(outcomes) >= budget:
+                    counts["capped"] += 1
+                    continue
+                out = continue_from_root(
+                    eps[root.trajectory].env, job_for(root, trajs[root.trajectory], env_id, cfg.max_turns)
+                )
+                picker.settle(dead=out.dead_end)
+                if out.dead_end:  # restored, checked, never continued: counted apart from the tried roots
+                    counts["dead"] += 1
+                    continue
+                counts["tried"] += 1
+                counts["restored"] += int(bool(out.restored_by))
+                counts["native"] += int(out.restored_by == "native")
+                counts["diverged"] += int(out.diverged)
+                if out.success:
+                    outcomes.append(out)
         counts["succeeded"] += len(outcomes)
         policy, oracle = credit_group(trajs, outcomes, scfg)
         counts["discarded"] += sum(discard_many(e.env, e.snapshots()) for e in eps)

@@ -5,6 +5,8 @@ docs/methods.md section 4 (the steps marked *ours* there are this module's docum
 1. `select_roots`: in a group with success rate < 1, the states on failed trajectories that have no known path to
    SUCCESS in the group's GraphGPO graph, deepest first, distinct states, at most ``roots_per_group``, each with
    at least ``min_budget`` steps of the episode budget (``horizon``) left. Terminal states are never roots.
+   `RootRounds` replaces a root the oracle proves dead with the group's next candidate (never one already tried),
+   so dead ends do not use up ``roots_per_group``; the pipeline and both trainers pick roots through it.
 2. Restore and continue (`oracles.continuation.continue_from_root`, inside a pool worker): native restore or
    verified replay, then the domain oracle acts in the live env; only continuations the env confirms count.
 3. `credit_group`: the group's GraphGPO graph with the oracle transitions added (distances recomputed, so the
@@ -31,7 +33,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol
 
 from envkit.core import Root, Step, Trajectory
@@ -42,7 +44,9 @@ from envkit.credit.reachability import reachability_weights
 from envkit.credit.step_table import StepRows
 
 __all__ = [
+    "DEAD_ROOT_ROUNDS",
     "Continued",
+    "RootRounds",
     "RowCredit",
     "SeroConfig",
     "credit_group",
@@ -186,6 +190,54 @@ def select_roots(
         if len(roots) == config.roots_per_group:
             break
     return roots
+
+
+#: Rounds of replacement roots after roots were found dead (`RootRounds`).
+DEAD_ROOT_ROUNDS = 8
+
+
+class RootRounds:
+    """The roots of one group in rounds: each root found dead is replaced by the next candidate.
+
+    ``pick()`` returns the next round's roots (the first round: up to ``roots_per_group``; later rounds: one per
+    root reported dead with ``settle(dead=True)`` in the round before, never a state already tried) and ``[]``
+    once nothing is owed or after 1 + `rounds` rounds. Pure bookkeeping over `select_roots`: who continues the
+    roots (a pool, an env, a server) is the caller's.
+
+    Example:
+        >>> from envkit.core import Step, Trajectory
+        >>> steps = tuple(Step(a, "go", 0.0, b, False, False, {}) for a, b in [("s0", "s1"), ("s1", "s2")])
+        >>> picker = RootRounds([Trajectory("envkit/Toy-v0", "t", 0, {}, "s0", {}, steps, False)], 0,
+        ...                     SeroConfig(roots_per_group=1, min_budget=1, horizon=6))
+        >>> [r.observation for r in picker.pick()]
+        ['s2']
+        >>> picker.settle(dead=True)
+        >>> [r.observation for r in picker.pick()], picker.pick()
+        (['s1'], [])
+    """
+
+    def __init__(
+        self, trajs: Sequence[Trajectory], group: int, config: SeroConfig, rounds: int = DEAD_ROOT_ROUNDS
+    ) -> None:
+        self.trajs, self.group, self.config = trajs, group, config
+        self.rounds_left = 1 + rounds
+        self.owed = config.roots_per_group
+        self.tried: set[str] = set()
+
+    def pick(self) -> list[Root]:
+        """The next round's roots ([] when the group is done)."""
+        if self.owed <= 0 or self.rounds_left <= 0:
+            return []
+        self.rounds_left -= 1
+        config = replace(self.config, roots_per_group=self.owed)
+        roots = select_roots(self.trajs, group=self.group, config=config, exclude=self.tried)
+        self.tried.update(r.observation for r in roots)
+        self.owed = 0
+        return roots
+
+    def settle(self, *, dead: bool) -> None:
+        """Report one picked root's outcome; a dead one is owed a replacement in the next round."""
+        self.owed += int(dead)
 
 
 # ----- 3. GraphGPO credit with the oracle transitions -------------------------------------------------------------
