@@ -150,12 +150,9 @@ class SnapshotEnvBase(gym.Env[str, str]):
             raise ResetNeededError(
                 f"{type(self).__name__}.step() called after the episode ended; call env.reset() or env.restore(s)"
             )
-        if not isinstance(action, str):
-            raise InvalidActionError(f"actions are text: expected str, got {type(action).__name__} ({action!r:.80})")
-        if not self.action_space.contains(action):
-            raise InvalidActionError(
-                f"action of {len(action)} characters exceeds the limit of {self.action_space.max_length}"  # type: ignore[attr-defined]
-            )
+        why = self.action_space.why_not(action)  # type: ignore[attr-defined]
+        if why is not None:  # refused before the env sees it: the state is untouched
+            raise InvalidActionError(why)
         obs, reward, terminated, truncated, info = self._step(action)
         self._episode_over = bool(terminated or truncated)
         r = self._replay

@@ -130,8 +130,7 @@ class RemoteEnv(gym.Env[str, str]):
         return self._obs_info(out)
 
     def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
-        if not isinstance(action, str):
-            raise InvalidActionError(f"actions are text: expected str, got {type(action).__name__} ({action!r:.80})")
+        _check_action(action)
         return self._transition(self._call("step", action=action))
 
     def close(self) -> None:
@@ -143,8 +142,7 @@ class RemoteEnv(gym.Env[str, str]):
 
     def snapshot_step(self, action: str) -> tuple[RemoteSnapshot, tuple[str, float, bool, bool, dict[str, Any]]]:
         """Snapshot, then step, in one round trip (what `envkit.rollout` does before every step)."""
-        if not isinstance(action, str):
-            raise InvalidActionError(f"actions are text: expected str, got {type(action).__name__} ({action!r:.80})")
+        _check_action(action)
         out = self._call("snapshot_step", action=action)
         return self._handle(out["snapshot"]), self._transition(out)
 
@@ -202,3 +200,10 @@ class RemoteEnv(gym.Env[str, str]):
 
     def __repr__(self) -> str:
         return f"RemoteEnv({self.env_id!r}, {self.url!r}, transport={self.transport_name!r})"
+
+
+def _check_action(action: object) -> None:
+    """Refuse what no env accepts before a round trip (the server checks again: `envkit.spaces.FreeText`)."""
+    why = FreeText(1 << 62).why_not(action)  # the length limit is the server env's
+    if why is not None:
+        raise InvalidActionError(why)

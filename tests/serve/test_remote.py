@@ -72,6 +72,11 @@ def test_bad_requests_get_clear_errors(toy_server):
         env.step(3)  # type: ignore[arg-type]
     with pytest.raises(InvalidActionError, match="exceeds the limit"):
         env._t.call("step", action="x" * (env.action_space.max_length + 1))
+    with pytest.raises(InvalidActionError, match="not valid Unicode"):
+        env.step("right\ud800")  # refused by the client
+    with pytest.raises(InvalidActionError, match="not valid Unicode"):
+        env._t.call("step", action="right\ud800")  # and by the server (JSON carries it as an escape)
+    assert env.step("right")[0].startswith("You are at cell 1 ")  # the refused actions changed nothing
     with pytest.raises(ValueError, match="unknown operation"):
         env._t.call("teleport")
     with pytest.raises(ValueError, match="invalid request: action"):
