@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from envkit.credit.reachability import reachability_weights
+from envkit.credit.reachability import ReachConfig
 from envkit.credit.sero import credit_group, select_roots
 from envkit.lifetime import discard_many
 from oracles.continuation import ContinuationOutcome, continue_from_root, job_for
@@ -71,7 +71,7 @@ class SeroResult:
 def sero_credit(model: Any, tokenizer: Any, env_id: str, episodes: list[Episode], cfg: AgentConfig) -> SeroResult:
     """Roots, continuations, credit and oracle rows of one step's episodes (see the module docstring)."""
     opts = cfg.sero_opts
-    scfg = opts.sero_config(cfg.max_turns, gamma_g=cfg.gamma_g, terminal_reward=cfg.success_reward)
+    scfg = opts.resolve(horizon=cfg.max_turns, gamma_g=cfg.gamma_g, terminal_reward=cfg.success_reward)
     budget = opts.max_oracle_rows(len(episodes))
     counts = dict.fromkeys(
         ("tried", "restored", "native", "diverged", "succeeded", "capped", "too_long", "discarded"), 0
@@ -108,7 +108,7 @@ def sero_credit(model: Any, tokenizer: Any, env_id: str, episodes: list[Episode]
                 counts["too_long"] += 1
                 continue
             rows.append(row)
-    _weigh(model, tokenizer, rows, opts.p_floor, opts.tau_w, opts.w_min)
+    _weigh(model, tokenizer, rows, opts.reach)
     weights = [w for r in rows for w in r.weights]
     metrics = {f"sero_{k}": float(v) for k, v in counts.items()}
     metrics.update(sero_rows=float(len(rows)), sero_weight_mean=float(np.mean(weights)) if weights else 0.0)
@@ -142,7 +142,7 @@ def _oracle_row(tokenizer: Any, e: Episode, outcome: Any, advantages: list[float
 
 
 def _weigh(
-    model: Any, tokenizer: Any, rows: list[OracleRow], p_floor: float, tau_w: float, w_min: float, chunk: int = 4
+    model: Any, tokenizer: Any, rows: list[OracleRow], reach: ReachConfig, chunk: int = 4
 ) -> None:
     """Reachability weights of every oracle row from no-grad forwards (`chunk` rows at a time: long agent rows
     times a real vocabulary make large logits); multiplies them into the advantages."""
@@ -154,6 +154,6 @@ def _weigh(
             logps.extend(out.logprobs().float().cpu().numpy())
     for r, logp in zip(rows, logps, strict=True):
         loglik = [float(logp[s:e].mean()) for s, e in r.spans]
-        r.weights = [float(w) for w in reachability_weights(loglik, p_floor, tau_w, w_min)]
+        r.weights = [float(w) for w in reach.weights(loglik)]
         for (s, e), w in zip(r.spans, r.weights, strict=True):
             r.advantages[s:e] = [a * w for a in r.advantages[s:e]]

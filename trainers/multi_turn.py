@@ -19,11 +19,11 @@ from typing import Any, Literal
 
 from envkit.core import Step, Trajectory, env_success, jsonable
 from envkit.credit.defaults import GAMMA_G
+from envkit.credit.sero import SeroOptions
 from envkit.lifetime import taken_snapshots
 from envkit.registration import make
 from trainers.generation import sample
 from trainers.prompts import decode, encode_prompt, encode_text
-from trainers.sero_options import SeroOptions
 from trainers.turn_cache import TurnCache
 
 
@@ -71,6 +71,11 @@ class AgentConfig:
             raise ValueError(
                 f"AgentConfig: SERO credits oracle continuations through the GraphGPO graph (docs/methods.md section 4); "
                 f"set agent.estimator='graphgpo' (got {self.estimator!r}) or agent.sero=False"
+            )
+        if self.sero_opts.weighting != "sequence":
+            raise ValueError(
+                "AgentConfig: agent.sero_opts.weighting='choice' needs the admissible actions of every oracle step, "
+                "which only `envkit-oracle rollout` scores; set agent.sero_opts.weighting='sequence'"
             )
 
 

@@ -14,14 +14,14 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from envkit.credit.reachability import reachability_weights  # noqa: E402
+from envkit.credit.reachability import ReachConfig, reachability_weights  # noqa: E402
+from envkit.credit.sero import SeroOptions  # noqa: E402
 from oracles.models import ModelConfig  # noqa: E402
 from trainers.agent_batch import collect_agent_batch  # noqa: E402
 from trainers.generation import batch_sequences, score  # noqa: E402
 from trainers.local import LocalTrainer, TrainConfig  # noqa: E402
 from trainers.multi_turn import AgentConfig  # noqa: E402
 from trainers.prompts import encode_text  # noqa: E402
-from trainers.sero_options import SeroOptions  # noqa: E402
 
 torch.set_num_threads(1)
 TINY = ModelConfig(path="tiny:bytes", device="cpu", hidden_size=32, layers=1)
@@ -127,7 +127,7 @@ def test_bad_sero_settings_are_refused_with_the_fix(tmp_path):
     with pytest.raises(ValueError, match="max_oracle_share"):
         SeroOptions(max_oracle_share=1.5)
     with pytest.raises(ValueError, match="p_floor"):
-        SeroOptions(p_floor=0.0)
+        SeroOptions(reach=ReachConfig(p_floor=0.0))
 
 
 def test_envkit_train_local_with_sero_runs_and_logs_the_sero_metrics(tmp_path):

@@ -45,11 +45,11 @@ def test_executor_discards_every_snapshot_and_the_swe_layer_store_stays_bounded(
     from vllm import SamplingParams
 
     import envkit
+    from envkit.credit.sero import SeroOptions
     from envs.swe.layers import LayerStore
     from trainers.openrlhf.config import BackendConfig
     from trainers.openrlhf.gym_executor import GymAgentExecutor
     from trainers.openrlhf.records import RESPONSE_KEY, RolloutRecord
-    from trainers.sero_options import SeroOptions
 
     torch.set_num_threads(1)
     model, tok, action = file_writing_policy
