@@ -95,7 +95,7 @@ class Inspect:
         json: Print the summary as JSON.
     """
 
-    file: tyro.conf.Positional[Path]
+    file: Annotated[Path, tyro.conf.Positional, tyro.conf.arg(metavar="FILE")]
     json: bool = False
 
 
@@ -110,7 +110,7 @@ class Export:
             advantage, weight).
     """
 
-    file: tyro.conf.Positional[Path]
+    file: Annotated[Path, tyro.conf.Positional, tyro.conf.arg(metavar="FILE")]
     out: Path | None = None
     format: Literal["sft", "rl"] = "sft"
 
@@ -296,7 +296,7 @@ RUN: dict[type, Any] = {RunConfig: rollout, Inspect: inspect, Export: export, En
 def main(argv: Sequence[str] | None = None) -> None:
     """Console-script entry point: one subcommand, its options built by tyro from its dataclass."""
     args = list(sys.argv[1:] if argv is None else argv)
-    cmd = cli(COMMANDS, args=args or ["--help"], prog=PROG, description=(__doc__ or "").split("\n\n")[0])  # type: ignore[arg-type]
+    cmd: Any = cli(COMMANDS, args=args or ["--help"], prog=PROG, description=(__doc__ or "").split("\n\n")[0])  # type: ignore[arg-type]
     RUN[type(cmd)](cmd)
 
 

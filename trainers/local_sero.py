@@ -141,9 +141,7 @@ def _oracle_row(tokenizer: Any, e: Episode, outcome: Any, advantages: list[float
     return OracleRow(e.group, list(e.train_prompt_ids), response, advs, flags, spans)
 
 
-def _weigh(
-    model: Any, tokenizer: Any, rows: list[OracleRow], reach: ReachConfig, chunk: int = 4
-) -> None:
+def _weigh(model: Any, tokenizer: Any, rows: list[OracleRow], reach: ReachConfig, chunk: int = 4) -> None:
     """Reachability weights of every oracle row from no-grad forwards (`chunk` rows at a time: long agent rows
     times a real vocabulary make large logits); multiplies them into the advantages."""
     logps: list[Any] = []
