@@ -25,8 +25,13 @@ from trainers.multi_turn import AgentConfig, Episode, play
 from trainers.update import TrainBatch
 
 
+def _success_reward(cfg: AgentConfig) -> float:
+    """Reward of a successful episode's last step (``adv.terminal_reward``, set: `AgentConfig` checks it)."""
+    return float(cfg.adv.terminal_reward or 0.0)
+
+
 def step_table(episodes: list[Episode], cfg: AgentConfig) -> StepTable:
-    """The GiGPO/GraphGPO step rows of played episodes (reward: success_reward on a successful last step)."""
+    """The GiGPO/GraphGPO step rows of played episodes (reward: adv.terminal_reward on a successful last step)."""
     group, traj, step, state, reward, invalid, action = [], [], [], [], [], [], []
     for e in episodes:
         for t, a in enumerate(e.actions):
@@ -35,7 +40,7 @@ def step_table(episodes: list[Episode], cfg: AgentConfig) -> StepTable:
             step.append(t)
             state.append(e.states[t])
             last = t == len(e.actions) - 1
-            reward.append(cfg.success_reward * float(e.success) if last else 0.0)
+            reward.append(_success_reward(cfg) * float(e.success) if last else 0.0)
             invalid.append(e.invalid[t])
             action.append(a)
     return StepTable(
@@ -91,7 +96,7 @@ def collect_agent_batch(
     zero = zero_advantage_fraction(np.array([np.abs(a).max() if len(a) else 0.0 for a in per_episode]), groups)
     n_act = sum(len(e.actions) for e in episodes)
     metrics: dict[str, Any] = {
-        "reward_mean": float(np.mean([cfg.success_reward * e.success for e in episodes])),
+        "reward_mean": float(np.mean([_success_reward(cfg) * e.success for e in episodes])),
         "success_rate": float(np.mean([e.success for e in episodes])),
         "zero_adv_fraction": zero,
         "response_length": float(np.mean([sum(e.flags) / max(1, len(e.actions)) for e in episodes])),
@@ -122,17 +127,9 @@ def _turn_advantages(episodes: list[Episode], cfg: AgentConfig) -> list[np.ndarr
     """Per episode, the advantage of each of its turns under `cfg.estimator` (no SERO)."""
     table = step_table(episodes, cfg)
     if cfg.estimator == "gigpo":
-        row_adv = gigpo_advantages(
-            table,
-            gamma=cfg.gamma,
-            omega=cfg.omega,
-            episode_stats=cfg.episode_stats,
-            invalid_penalty=cfg.invalid_penalty,
-        ).advantages
+        row_adv = gigpo_advantages(table, **cfg.adv.gigpo_kwargs()).advantages
     elif cfg.estimator == "graphgpo":
-        row_adv = graphgpo_advantages(
-            table, gamma_g=cfg.gamma_g, episode_stats=cfg.episode_stats, invalid_penalty=cfg.invalid_penalty
-        ).advantages
+        row_adv = graphgpo_advantages(table, **cfg.adv.graphgpo_kwargs()).advantages
     else:
         ep_adv = group_advantages([float(e.success) for e in episodes], [e.group for e in episodes], cfg.estimator)
         row_adv = np.concatenate([np.full(len(e.actions), a) for e, a in zip(episodes, ep_adv, strict=True)])

@@ -100,7 +100,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         return
     if not args or args[0] in ("-h", "--help"):
         print(USAGE, end="")
-        return
+        raise SystemExit(0 if args else 2)
     _fail(f"unknown command {args[0]!r}: choose `envkit-train local ...` or `envkit-train openrlhf ...` (--help)")
 
 

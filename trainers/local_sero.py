@@ -71,7 +71,9 @@ class SeroResult:
 def sero_credit(model: Any, tokenizer: Any, env_id: str, episodes: list[Episode], cfg: AgentConfig) -> SeroResult:
     """Roots, continuations, credit and oracle rows of one step's episodes (see the module docstring)."""
     opts = cfg.sero_opts
-    scfg = opts.resolve(horizon=cfg.max_turns, gamma_g=cfg.gamma_g, terminal_reward=cfg.success_reward)
+    scfg = opts.resolve(
+        horizon=cfg.max_turns, gamma_g=cfg.adv.gamma_g, terminal_reward=float(cfg.adv.terminal_reward or 0.0)
+    )
     budget = opts.max_oracle_rows(len(episodes))
     counts = dict.fromkeys(
         ("tried", "restored", "native", "diverged", "succeeded", "capped", "too_long", "discarded"), 0

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from envkit.core import Step, Trajectory, env_success, jsonable
-from envkit.credit.defaults import GAMMA_G
+from envkit.credit.advantage_options import AdvantageOptions
 from envkit.credit.sero import SeroOptions
 from envkit.lifetime import taken_snapshots
 from envkit.registration import make
@@ -35,12 +35,9 @@ class AgentConfig:
         estimator: ``gigpo``, ``graphgpo``, or an episode-level ``grpo`` / ``grpo_mean`` / ``rloo`` / ``dr_grpo``.
         max_turns: Turn cap of the trainer (the env's own step limit applies too).
         max_context_tokens: Token cap of an episode's whole context; beyond it the episode stops (counted).
-        success_reward: Reward of a successful episode's last step (GiGPO: 10 * success); other steps get 0.
-        gamma: GiGPO step-return discount.
-        omega: GiGPO step-advantage weight.
-        episode_stats: ``steps`` (released code) or ``trajectories`` (paper).
-        invalid_penalty: Penalty of invalid actions.
-        gamma_g: GraphGPO distance discount.
+        adv: GiGPO / GraphGPO settings (`envkit.credit.advantage_options.AdvantageOptions`, shared with the
+            OpenRLHF backend's ``--adv``); ``adv.terminal_reward`` (10 here: GiGPO's 10 * success) is the reward of
+            a successful episode's last step, other steps get 0.
         system: Optional system message.
         sero: SERO oracle continuations (`trainers.local_sero`; needs ``estimator="graphgpo"`` and an oracle
             for the env: ``EnvEntry.oracle``).
@@ -53,12 +50,7 @@ class AgentConfig:
     estimator: Literal["gigpo", "graphgpo", "grpo", "grpo_mean", "rloo", "dr_grpo"] = "gigpo"
     max_turns: int = 8
     max_context_tokens: int = 1024
-    success_reward: float = 10.0
-    gamma: float = 0.95
-    omega: float = 1.0
-    episode_stats: Literal["steps", "trajectories"] = "steps"
-    invalid_penalty: float = 0.1
-    gamma_g: float = GAMMA_G
+    adv: AdvantageOptions = field(default_factory=lambda: AdvantageOptions(terminal_reward=10.0))
     system: str | None = None
     sero: bool = False
     sero_opts: SeroOptions = field(default_factory=SeroOptions)
@@ -71,6 +63,11 @@ class AgentConfig:
             raise ValueError(
                 f"AgentConfig: SERO credits oracle continuations through the GraphGPO graph (docs/methods.md section 4); "
                 f"set agent.estimator='graphgpo' (got {self.estimator!r}) or agent.sero=False"
+            )
+        if self.adv.terminal_reward is None:
+            raise ValueError(
+                "AgentConfig: the local trainer rewards success only (terminal_reward * success on the last step); "
+                "set agent.adv.terminal_reward (default 10)"
             )
         if self.sero_opts.weighting != "sequence":
             raise ValueError(

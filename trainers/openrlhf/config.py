@@ -23,7 +23,7 @@ from typing import Annotated, Any, Literal
 
 import tyro
 
-from envkit.credit.defaults import GAMMA_G
+from envkit.credit.advantage_options import AdvantageOptions
 from envkit.credit.sero import SeroOptions
 from oracles.command_line import id_list, json_object
 from trainers.explorers.eden import EdenConfig
@@ -36,50 +36,6 @@ EXPLORERS = ("none", "eden", "xrpo")
 ADVANTAGES = ("grpo", "gigpo", "graphgpo")
 Explorer = Literal["none", "eden", "xrpo"]
 Advantage = Literal["grpo", "gigpo", "graphgpo"]
-
-
-@dataclass(frozen=True)
-class AdvantageOptions:
-    """Options of the advantage estimators (docs/methods.md sections 1-3; defaults are the papers').
-
-    Attributes:
-        eps: Added to the group std ("grpo"; OpenRLHF's own group_norm uses 1e-9).
-        gamma: GiGPO step-return discount.
-        omega: GiGPO step-advantage weight.
-        episode_stats: "steps" (released GiGPO code) or "trajectories" (paper).
-        norm: "std" or "mean" (divide by 1).
-        invalid_penalty: Subtracted for invalid actions (GiGPO / GraphGPO).
-        gamma_g: GraphGPO distance discount (0.10 ALFWorld, 0.20 WebShop).
-        beta_g: GraphGPO graph-advantage weight.
-        beta_e: GraphGPO episode-advantage weight.
-        reward_scale: GraphGPO step reward at distance 0.
-        terminal_reward: When set, a trajectory's episode return is ``terminal_reward * success`` (GiGPO's
-            ``10 * success``) instead of the sum of the env's rewards.
-    """
-
-    eps: float = 1e-6
-    gamma: float = 0.95
-    omega: float = 1.0
-    episode_stats: Literal["steps", "trajectories"] = "steps"
-    norm: Literal["std", "mean"] = "std"
-    invalid_penalty: float = 0.1
-    gamma_g: float = GAMMA_G
-    beta_g: float = 1.0
-    beta_e: float = 1.0
-    reward_scale: float = 10.0
-    terminal_reward: float | None = None
-
-    def __post_init__(self) -> None:
-        if self.eps < 0:
-            raise ValueError(f"--adv.eps {self.eps}: must be >= 0")
-        if self.episode_stats not in ("steps", "trajectories"):
-            raise ValueError(f"--adv.episode-stats {self.episode_stats!r}: set 'steps' or 'trajectories'")
-        if self.norm not in ("std", "mean"):
-            raise ValueError(f"--adv.norm {self.norm!r}: set 'std' or 'mean'")
-        if not 0.0 <= self.gamma <= 1.0:
-            raise ValueError(f"--adv.gamma {self.gamma}: must be in [0, 1]")
-        if not 0.0 < self.gamma_g <= 1.0:
-            raise ValueError(f"--adv.gamma-g {self.gamma_g}: must be in (0, 1]")
 
 
 @dataclass(frozen=True)
