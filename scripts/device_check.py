@@ -179,6 +179,13 @@ def check_bench(folder: Path, device: str, tiny: bool, log: Path) -> dict[str, A
     return {"passed": True, **out}
 
 
+def _webshop_adv() -> Any:
+    """WebShop's GraphGPO discount (METHODS: 0.20) on the local trainer's advantage options."""
+    from envkit.credit.advantage_options import AdvantageOptions
+
+    return AdvantageOptions(gamma_g=0.2, terminal_reward=10.0)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "device_check.json"))
@@ -228,7 +235,7 @@ def main() -> None:
         ("train_toy_graphgpo_sero", lambda: check_train(folder, args.device, dtype, "envkit/Toy-v0", "none", graph,
                                                         args.tiny, work / "toy_sero", args.steps)),
         ("train_webshop_graphgpo_sero", lambda: check_train(folder, args.device, dtype, "envkit/WebShop-v0", "none",
-                                                            {**graph, "gamma_g": 0.2}, args.tiny, work / "ws_sero",
+                                                            {**graph, "adv": _webshop_adv()}, args.tiny, work / "ws_sero",
                                                             args.steps)),
         ("bench_explorers", lambda: check_bench(folder, args.device, args.tiny, work / "bench_explorers.log")),
     ]  # fmt: skip
