@@ -1,7 +1,7 @@
 """``envkit-train``: training entry points.
 
-    envkit-train local --help        the single-process transformers trainer (`trainers.local`); every option of
-                                     `trainers.local.TrainConfig` with its default
+    envkit-train local --help        the single-process transformers trainer (`trainers.local.trainer`); every option of
+                                     `trainers.local.trainer.TrainConfig` with its default
     envkit-train openrlhf --help     the OpenRLHF backend (`trainers.openrlhf.entry:main`, imported lazily):
                                      envkit's options, then ``--`` and OpenRLHF's own flags
 
@@ -53,13 +53,13 @@ def run_local(argv: Sequence[str]) -> None:
 
     try:
         tyro = require("tyro", "train", what="envkit-train local")
-        from trainers.local import TrainConfig
-    except ImportError as exc:  # MissingExtraError, or torch & co. missing under trainers.local
+        from trainers.local.trainer import TrainConfig
+    except ImportError as exc:  # MissingExtraError, or torch & co. missing under trainers.local.trainer
         _fail(f"{exc}. The local trainer needs the `train` extra: pip install -e '.[train]'")
     from oracles.command_line import cli
 
     cfg = cli(TrainConfig, args=list(argv), prog="envkit-train local", config=(tyro.conf.FlagConversionOff,))
-    from trainers.preflight import problems
+    from trainers.local.preflight import problems
 
     found = problems(cfg.task, cfg.model.path)
     if found:
@@ -67,7 +67,7 @@ def run_local(argv: Sequence[str]) -> None:
     run_dir = Path(cfg.run_dir)
     existed = run_dir.exists()
     try:
-        from trainers.local import LocalTrainer
+        from trainers.local.trainer import LocalTrainer
 
         trainer = LocalTrainer(cfg)
     except (EnvkitError, ValueError, FileNotFoundError) as exc:

@@ -17,7 +17,7 @@ Settings: `SeroOptions` (what a user chooses; nests `envkit.credit.reachability.
    policy scorer (`oracles.reach_weights.reach_weights`).
 
 `oracles.pipeline` strings these together for the ``envkit-oracle rollout`` command; the local trainer
-(`trainers.local_sero`) and the OpenRLHF backend (`trainers.openrlhf.sero_rows`) call them per group.
+(`trainers.local.sero`) and the OpenRLHF backend (`trainers.openrlhf.sero_rows`) call them per group.
 
 Example:
     >>> from envkit.core import Step, Trajectory

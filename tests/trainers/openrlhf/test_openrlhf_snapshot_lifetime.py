@@ -26,7 +26,7 @@ class ModelEngine:
         self.model, self.tok = model, tokenizer
 
     async def generate(self, prompt_token_ids, sampling_params, multi_modal_data=None):
-        from trainers.generation import sample
+        from trainers.local.generation import sample
 
         out = sample(
             self.model, self.tok, [list(prompt_token_ids)], [float(sampling_params.temperature)],
