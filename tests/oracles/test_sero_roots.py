@@ -7,6 +7,7 @@ import pytest
 
 import envkit  # noqa: F401  (registers the ids)
 from envkit.core import Step, Trajectory
+from envkit.credit.reachability import ReachConfig
 from envkit.credit.sero import SeroConfig, select_roots
 from envkit.snapshot import replay
 from oracles.continuation import replay_state_at
@@ -64,7 +65,7 @@ def test_config_validation_names_the_setting():
     with pytest.raises(ValueError, match="min_budget"):
         SeroConfig(min_budget=0)
     with pytest.raises(ValueError, match="p_floor"):
-        SeroConfig(p_floor=0.0)
+        SeroConfig(reach=ReachConfig(p_floor=0.0))
     with pytest.raises(ValueError, match="weighting"):
         SeroConfig(weighting="bogus")  # type: ignore[arg-type]
 

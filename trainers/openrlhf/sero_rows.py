@@ -88,7 +88,7 @@ async def sero_group(
         return responses
     horizon = cfg.max_turns or opts.oracle_max_steps
     trajs = [e.trajectory(rec.success) for e, rec in zip(episodes, records)]  # type: ignore[union-attr]
-    scfg = opts.sero_config(horizon)
+    scfg = opts.resolve(horizon=horizon)
     cap = min(opts.roots_per_group, int(np.floor(opts.max_oracle_share * len(responses))))
     out = list(responses)
     used: set[int] = set()
@@ -136,7 +136,6 @@ async def _oracle_row(
     sampling_params: Any,
 ) -> dict | None:
     """Tokens and record of one oracle row (None when it does not fit in ``max_length``)."""
-    from envkit.credit.reachability import reachability_weights
 
     tokens = list(response["observation_tokens"])
     if t < len(record.turns):
@@ -156,7 +155,7 @@ async def _oracle_row(
         return None
     logprobs = await actor.prompt_logprobs(tokens)  # logprobs[i] is the log-prob of tokens[i + 1]
     loglik = [float(np.mean(logprobs[s - 1 : e - 1])) for s, e in spans]
-    weights = reachability_weights(loglik, cfg.sero_opts.p_floor, cfg.sero_opts.tau_w, cfg.sero_opts.w_min)
+    weights = cfg.sero_opts.reach.weights(loglik)
     oracle_turns = [
         Turn(
             st.observation,
