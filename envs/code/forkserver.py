@@ -77,7 +77,7 @@ FILES = ("in", "judge", "reply", "out", "err", "verdict")
 # ----------------------------------------------------------------------------------------------------------
 # The server.
 # ----------------------------------------------------------------------------------------------------------
-class Job:
+class RunningCheck:
     """One running check (server side)."""
 
     def __init__(self, req: dict[str, Any], slot: int, workdir: str, deadline: float, cpu_s: int) -> None:
@@ -102,7 +102,7 @@ def _arrange(fds: list[int]) -> None:
     os.closerange(len(fds), 1 << 20)
 
 
-class Server:
+class ForkServer:
     """The fork server's event loop (see the module docstring)."""
 
     def __init__(self, args: argparse.Namespace, isolation: dict[str, Any], io_fd: int, cgroups: list[Any]) -> None:
@@ -121,8 +121,8 @@ class Server:
         ]
         self.free = list(range(n))
         self.queue: list[dict[str, Any]] = []
-        self.jobs: dict[int, Job] = {}  # by id
-        self.by_pid: dict[int, tuple[Job, str]] = {}
+        self.jobs: dict[int, RunningCheck] = {}  # by id
+        self.by_pid: dict[int, tuple[RunningCheck, str]] = {}
         self.sel = selectors.DefaultSelector()
         self.inbuf = bytearray()
         self.outbuf = bytearray()
@@ -229,7 +229,7 @@ class Server:
                 reply = self._open(rid, "reply", True)
                 opened.append(reply)
                 cand_fds = [self.null, out, err, reply, spec]
-            job = Job(req, k, workdir, time.monotonic() + wall, cpu_s)
+            job = RunningCheck(req, k, workdir, time.monotonic() + wall, cpu_s)
             cg = self.cgroups[k] if self.cgroups else []
             job.init_pid = self._fork_candidate(cg, cand_fds, slot, workdir, limits)
             self.by_pid[job.init_pid] = (job, "init")
@@ -291,7 +291,7 @@ class Server:
             else:
                 job.judge_status = status
 
-    def _finish(self, job: Job) -> None:
+    def _finish(self, job: RunningCheck) -> None:
         if self.isolation.get("ipcns"):
             remove_ipc_objects()
         shutil.rmtree(job.workdir, ignore_errors=True)
@@ -299,7 +299,7 @@ class Server:
         self.free.append(job.slot)
         self.send(self._response(job))
 
-    def _response(self, job: Job) -> dict[str, Any]:
+    def _response(self, job: RunningCheck) -> dict[str, Any]:
         status = job.status or 0
         sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
         code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
@@ -326,7 +326,7 @@ class Server:
             out["judge_signal"] = os.WTERMSIG(js) if os.WIFSIGNALED(js) else None
         return out
 
-    def _kill(self, job: Job) -> None:
+    def _kill(self, job: RunningCheck) -> None:
         job.timed_out = True
         for pid, done in ((job.init_pid, job.status), (job.judge_pid, job.judge_status)):
             if pid and done is None:
@@ -427,7 +427,7 @@ def main(argv: list[str] | None = None) -> None:
         isolation["pidns"] = False
     gc.freeze()  # keep the preloaded objects out of the children's garbage collections (fewer copied pages)
     try:
-        Server(args, isolation, io_fd, cgroups).loop()
+        ForkServer(args, isolation, io_fd, cgroups).loop()
     finally:
         _isolation.remove_cgroups(made)
     if not isolation["netns"]:

@@ -78,7 +78,7 @@ class Product:
 
 
 @dataclass(frozen=True)
-class Goal:
+class WebShopGoal:
     """A shopping goal (upstream's goal dict).
 
     Attributes:
@@ -114,7 +114,7 @@ class Catalog:
     products: tuple[Product, ...]
     by_asin: Mapping[str, Product]
     prices: Mapping[str, float]
-    goals: tuple[Goal, ...]
+    goals: tuple[WebShopGoal, ...]
     source: str
 
     def split_indices(self, split: str, test_goals: int = DEFAULT_TEST_GOALS) -> range:
@@ -240,8 +240,10 @@ def build_catalog(
     return Catalog(tuple(products), {p.asin: p for p in products}, prices, tuple(goals), source)
 
 
-def _synthetic_goals(products: list[Product], prices: Mapping[str, float], rng: np.random.Generator) -> list[Goal]:
-    goals: list[Goal] = []
+def _synthetic_goals(
+    products: list[Product], prices: Mapping[str, float], rng: np.random.Generator
+) -> list[WebShopGoal]:
+    goals: list[WebShopGoal] = []
     counts: dict[str, int] = defaultdict(int)
     for p in products:
         if not p.instruction_text or not p.instruction_attributes:
@@ -253,7 +255,7 @@ def _synthetic_goals(products: list[Product], prices: Mapping[str, float], rng: 
             option_text = ", and ".join(f"{n}: {v}" for n, v in zip(names, combo))
             option_text = " with " + option_text if option_text else ""
             goals.append(
-                Goal(
+                WebShopGoal(
                     asin=p.asin,
                     instruction_text=f"{p.instruction_text}{option_text}{price_text}",
                     attributes=p.instruction_attributes,
@@ -273,9 +275,9 @@ def _synthetic_goals(products: list[Product], prices: Mapping[str, float], rng: 
 
 def _human_goals(
     products: list[Product], prices: Mapping[str, float], rng: np.random.Generator, texts: Sequence[str] | None
-) -> list[Goal]:
+) -> list[WebShopGoal]:
     keep = {t.strip().lower().strip(".") for t in texts} if texts is not None else None
-    goals: list[Goal] = []
+    goals: list[WebShopGoal] = []
     for p in products:
         for ins in p.human_instructions:
             attrs = tuple(ins.get("instruction_attributes") or ())
@@ -286,7 +288,7 @@ def _human_goals(
                 continue
             upper, price_text = _price_upper(prices[p.asin], rng)
             goals.append(
-                Goal(
+                WebShopGoal(
                     asin=p.asin,
                     instruction_text=text + price_text,
                     attributes=attrs,

@@ -30,7 +30,7 @@ from typing import Any, SupportsFloat
 
 from envkit.capability import SnapshotCapability
 from envkit.snapshot import Snapshot, SnapshotEnvBase
-from envs.webshop.catalog import DEFAULT_TEST_GOALS, Catalog, Goal, load_catalog
+from envs.webshop.catalog import DEFAULT_TEST_GOALS, Catalog, WebShopGoal, load_catalog
 from envs.webshop.render import OBSERVATION_MODES, render_html, to_text, to_text_rich
 from envs.webshop.reward import DEFAULT_REWARD_MODE, REWARD_MODES, get_reward
 from envs.webshop.search import SearchEngine, engine_for
@@ -115,7 +115,7 @@ class WebShopCore:
         self.engine: SearchEngine = engine_for(self.catalog)
         self.indices = self.catalog.split_indices(config.split, config.test_goals)
 
-    def goal(self, index: int) -> Goal:
+    def goal(self, index: int) -> WebShopGoal:
         return self.catalog.goals[index]
 
     def check_goal_index(self, value: Any) -> int:
@@ -194,7 +194,7 @@ class WebShopEnvBase(SnapshotEnvBase):
     search_query = staticmethod(search_query)
 
     @property
-    def goal(self) -> Goal:
+    def goal(self) -> WebShopGoal:
         """The current goal (privileged: for oracles and analysis)."""
         return self.core.goal(self._state.goal_index)
 
