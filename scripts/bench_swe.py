@@ -36,7 +36,8 @@ from typing import Annotated
 import typer
 from tqdm import tqdm
 
-from envs.swe.layers import LayerStore, OverlayTree
+from envs.swe.layers import LayerStore
+from envs.swe.overlay import OverlayTree
 
 
 def make_repo(dest: Path, n: int) -> tuple[int, int]:
@@ -134,7 +135,7 @@ def bench_overlay(
 
 def bench_commands(tmp: Path, rounds: int) -> dict[str, object]:
     """Wall ms of ``bash -c true`` in the local sandbox with and without the per-backend cgroup."""
-    from envs.swe.layers import chown_tree
+    from envs.swe.layer_files import chown_tree
     from envs.swe.sandbox import LocalBackend
 
     work = tmp / "cmd-tree"

@@ -37,7 +37,9 @@ from envkit.capability import SnapshotCapability
 from envkit.errors import SnapshotError
 from envkit.snapshot import Snapshot, SnapshotEnvBase
 from envs.swe.grading import Grade, grade
-from envs.swe.layers import LayerStore, OverlayError, OverlayTree
+from envs.swe.layer_files import OverlayError
+from envs.swe.layers import LayerStore
+from envs.swe.overlay import OverlayTree
 from envs.swe.sandbox import WORKDIR, Backend, Limits, LocalBackend
 from envs.swe.tasks import SweTask, load_tasks
 from envs.swe.tools import TOOLS, ToolError, create, parse_action, str_replace, view

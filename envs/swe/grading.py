@@ -31,7 +31,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.swe.layers import LayerStore, OverlayTree, is_opaque, is_whiteout
+from envs.swe.layer_files import is_opaque, is_whiteout
+from envs.swe.layers import LayerStore
+from envs.swe.overlay import OverlayTree
 from envs.swe.sandbox import WORKDIR, Backend, SandboxError
 from envs.swe.tasks import SweTask
 from envs.swe.workspace import TaskLayers, lookup

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import DataNotFoundError, EnvkitError
-from envs.swe.layers import LayerStore, chown_tree, is_opaque, is_whiteout
+from envs.swe.layer_files import chown_tree, is_opaque, is_whiteout
+from envs.swe.layers import LayerStore
 from envs.swe.sandbox import WORKDIR
 from envs.swe.tasks import SweTask, patch_paths
 

@@ -37,7 +37,7 @@ def docker_backend(tmp_path_factory):
 
 @pytest.fixture()
 def tree(tmp_path):
-    from envs.swe.layers import chown_tree
+    from envs.swe.layer_files import chown_tree
 
     t = tmp_path / "tree"
     t.mkdir()

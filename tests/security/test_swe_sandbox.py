@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from envs.swe.layers import chown_tree
+from envs.swe.layer_files import chown_tree
 from envs.swe.sandbox import Limits, LocalBackend
 
 

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from envs.swe.layers import chown_tree
+from envs.swe.layer_files import chown_tree
 from envs.swe.sandbox import Limits, LocalBackend
 
 
