@@ -34,7 +34,7 @@ import gymnasium as gym
 from oracles.base import OracleGaveUp
 
 if TYPE_CHECKING:
-    from envs.swe.sandbox import Backend
+    from envs.swe.backend import Backend
     from envs.swe.tasks import SweTask
 
 _IGNORE_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}

@@ -36,11 +36,12 @@ from typing import Any, SupportsFloat
 from envkit.capability import SnapshotCapability
 from envkit.errors import SnapshotError
 from envkit.snapshot import Snapshot, SnapshotEnvBase
+from envs.swe.backend import WORKDIR, Backend, Limits
 from envs.swe.grading import Grade, grade
 from envs.swe.layer_files import OverlayError
 from envs.swe.layers import LayerStore
 from envs.swe.overlay import OverlayTree
-from envs.swe.sandbox import WORKDIR, Backend, Limits, LocalBackend
+from envs.swe.sandbox import LocalBackend
 from envs.swe.tasks import SweTask, load_tasks
 from envs.swe.tools import TOOLS, ToolError, create, parse_action, str_replace, view
 from envs.swe.workspace import TaskLayers, task_layers

@@ -31,9 +31,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from envs.swe.backend import WORKDIR, Backend
 from envs.swe.grading import parse_pytest
 from envs.swe.layer_files import chown_tree
-from envs.swe.sandbox import WORKDIR, Backend, LocalBackend
+from envs.swe.sandbox import LocalBackend
 from envs.swe.tasks import PYTEST, SweTask
 from envs.swe.workspace import _extract_archive
 

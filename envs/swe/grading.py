@@ -31,10 +31,10 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from envs.swe.backend import WORKDIR, Backend, SandboxError
 from envs.swe.layer_files import is_opaque, is_whiteout
 from envs.swe.layers import LayerStore
 from envs.swe.overlay import OverlayTree
-from envs.swe.sandbox import WORKDIR, Backend, SandboxError
 from envs.swe.tasks import SweTask
 from envs.swe.workspace import TaskLayers, lookup
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import DataNotFoundError, EnvkitError
+from envs.swe.backend import WORKDIR
 from envs.swe.layer_files import chown_tree, is_opaque, is_whiteout
 from envs.swe.layers import LayerStore
-from envs.swe.sandbox import WORKDIR
 from envs.swe.tasks import SweTask, patch_paths
 
 
