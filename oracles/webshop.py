@@ -23,7 +23,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from envs.webshop.catalog import Product, WebShopGoal
+from envs.webshop.products import Product, WebShopGoal
 from envs.webshop.reward import normalize_color, token_set_ratio
 from envs.webshop.search import RESULTS_PER_PAGE
 from envs.webshop.shop import BACK, BUY, NEXT, PREV, ShopState, search_query

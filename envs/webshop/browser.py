@@ -33,8 +33,8 @@ from envkit.errors import EnvkitError, MissingExtraError, ResetNeededError, Syst
 from envkit.snapshot import Snapshot
 
 try:  # the text shop's packages come with the browser extra too: name that extra, not `webshop`
-    from envs.webshop.catalog import DEFAULT_TEST_GOALS
     from envs.webshop.env import EpisodeState, WebShopConfig, WebShopEnvBase
+    from envs.webshop.products import DEFAULT_TEST_GOALS
     from envs.webshop.render import parse_html
     from envs.webshop.reward import DEFAULT_REWARD_MODE
     from envs.webshop.server import ShopServer

@@ -30,7 +30,8 @@ from typing import Any, SupportsFloat
 
 from envkit.capability import SnapshotCapability
 from envkit.snapshot import Snapshot, SnapshotEnvBase
-from envs.webshop.catalog import DEFAULT_TEST_GOALS, Catalog, WebShopGoal, load_catalog
+from envs.webshop.catalog import load_catalog
+from envs.webshop.products import DEFAULT_TEST_GOALS, Catalog, WebShopGoal
 from envs.webshop.render import OBSERVATION_MODES, render_html, to_text, to_text_rich
 from envs.webshop.reward import DEFAULT_REWARD_MODE, REWARD_MODES, get_reward
 from envs.webshop.search import SearchEngine, engine_for

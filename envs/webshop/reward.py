@@ -35,8 +35,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from envkit.errors import require
-from envs.webshop.catalog import Product, WebShopGoal
 from envs.webshop.nouns import spacy_nouns
+from envs.webshop.products import Product, WebShopGoal
 
 _fuzz = require("rapidfuzz.fuzz", extra="webshop", what="envkit/WebShop-v0")
 

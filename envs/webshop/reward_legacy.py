@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 
 from envkit.errors import require
-from envs.webshop.catalog import Product, WebShopGoal
+from envs.webshop.products import Product, WebShopGoal
 from envs.webshop.reward import RewardInfo, attribute_matches, in_text, normalize_color, reward_info, type_reward
 
 _fuzz = require("rapidfuzz.fuzz", extra="webshop", what="envkit/WebShop-v0")

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlencode
 
-from envs.webshop.catalog import Catalog, WebShopGoal
+from envs.webshop.products import Catalog, WebShopGoal
 from envs.webshop.reward import DEFAULT_REWARD_MODE, get_reward
 from envs.webshop.search import RESULTS_PER_PAGE
 

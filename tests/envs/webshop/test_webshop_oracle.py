@@ -10,9 +10,10 @@ import pytest
 pytest.importorskip("bm25s")
 
 from envkit.errors import EnvkitError
-from envs.webshop.catalog import WebShopGoal, build_catalog
+from envs.webshop.catalog import build_catalog
 from envs.webshop.env import WebShopEnv
 from envs.webshop.generated import generate_raw
+from envs.webshop.products import WebShopGoal
 from oracles.base import make_oracle, run_oracle
 from oracles.webshop import WebShopOracle, target_options
 

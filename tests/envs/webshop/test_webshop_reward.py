@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("rapidfuzz")
 
-from envs.webshop.catalog import Product, WebShopGoal
+from envs.webshop.products import Product, WebShopGoal
 from envs.webshop.reward import get_reward, normalize_color, token_set_ratio, type_reward
 from envs.webshop.reward_legacy import title_nouns
 

@@ -18,8 +18,9 @@ import pytest
 
 pytest.importorskip("rapidfuzz")
 
-from envs.webshop.catalog import Product, WebShopGoal, load_catalog
+from envs.webshop.catalog import load_catalog
 from envs.webshop.nouns import shipped_nouns, spacy_nouns
+from envs.webshop.products import Product, WebShopGoal
 from envs.webshop.reward import get_reward, token_set_ratio
 
 _spec = importlib.util.spec_from_file_location("upstream_reference", Path(__file__).with_name("upstream_reference.py"))
