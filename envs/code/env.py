@@ -119,7 +119,6 @@ class CodeEnv(VerifierEnv[CodeProblem, CodeResult, CodeVerifier]):
         }
 
     def _feedback(self, result: CodeResult) -> str:
-        left = self.max_attempts - len(self._history)
         if result.verdict is Verdict.CORRECT:
             return f"All {result.total} tests passed."
         if result.verdict is Verdict.TIMEOUT:
@@ -130,6 +129,5 @@ class CodeEnv(VerifierEnv[CodeProblem, CodeResult, CodeVerifier]):
             what = f"Not accepted: {result.detail[:500]}."
         else:
             what = f"{result.passed} of {result.total} tests passed. First failure: {result.detail[:500]}"
-        return what + (
-            f"\nFix the code and answer again ({left} attempt{'s' if left != 1 else ''} left)." if left else ""
-        )
+        left = self._attempts_left()
+        return what + (f"\nFix the code and answer again ({left})." if left else "")

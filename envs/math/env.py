@@ -115,7 +115,6 @@ class MathEnv(VerifierEnv[MathProblem, MathResult, MathVerifier]):
         return info
 
     def _feedback(self, result: MathResult) -> str:
-        left = self.max_attempts - len(self._history)
         if result.verdict is Verdict.CORRECT:
             return f"Correct: {result.extracted} is the right answer."
         if result.verdict is Verdict.NO_ANSWER:
@@ -124,4 +123,5 @@ class MathEnv(VerifierEnv[MathProblem, MathResult, MathVerifier]):
             what = f"Your answer {result.extracted} could not be checked in time."
         else:
             what = f"Your answer {result.extracted} is not correct."
-        return what + (f" Try again ({left} attempt{'s' if left != 1 else ''} left)." if left > 0 else "")
+        left = self._attempts_left()
+        return what + (f" Try again ({left})." if left else "")

@@ -175,15 +175,18 @@ class WebShopEnvBase(SnapshotEnvBase):
     """What the text and browser envs share: the config and `WebShopCore`, the goal draw, the step bookkeeping.
 
     Args:
-        config: The env's options.
+        config: The env's options; or pass them one by one as `options` (the fields of `WebShopConfig`, e.g.
+            ``split="test", max_steps=30``: what ``gymnasium.make("envkit/WebShop-v0", **options)`` passes).
         evaluation: Evaluation env (oracles refuse to run).
     """
 
     metadata = {"render_modes": [], **SnapshotCapability().metadata()}
 
-    def __init__(self, config: WebShopConfig, evaluation: bool = False):
+    def __init__(self, config: WebShopConfig | None = None, *, evaluation: bool = False, **options: Any):
         super().__init__(evaluation=evaluation)
-        self.config = config
+        if config is not None and options:
+            raise TypeError(f"pass either config= or WebShopConfig's fields, not both (got {sorted(options)})")
+        self.config = config if config is not None else WebShopConfig(**options)
         self.core = WebShopCore(self.config)
         self._state = EpisodeState(0, ShopState())
 
@@ -224,31 +227,8 @@ class WebShopEnvBase(SnapshotEnvBase):
 class WebShopEnv(WebShopEnvBase):
     """WebShop as text; see the module docstring."""
 
-    def __init__(
-        self,
-        data_dir: str | None = None,
-        observation_mode: str = "text",
-        split: str = "train",
-        test_goals: int = DEFAULT_TEST_GOALS,
-        human_goals: bool = False,
-        num_products: int | None = None,
-        max_steps: int = 15,
-        catalog_seed: int = 0,
-        evaluation: bool = False,
-        reward_mode: str = DEFAULT_REWARD_MODE,
-    ):
-        config = WebShopConfig(
-            data_dir,
-            observation_mode,
-            split,
-            test_goals,
-            human_goals,
-            num_products,
-            max_steps,
-            catalog_seed,
-            reward_mode,
-        )
-        super().__init__(config, evaluation=evaluation)
+    def __init__(self, config: WebShopConfig | None = None, *, evaluation: bool = False, **options: Any):
+        super().__init__(config, evaluation=evaluation, **options)
         self._elements: tuple[Element, ...] = ()
         self._elements_of: ShopState | None = None
         self._last: tuple[str, dict[str, Any]] = ("", {})
