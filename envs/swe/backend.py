@@ -13,7 +13,7 @@ import abc
 import os
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from envkit.errors import EnvkitError
 
@@ -89,23 +89,19 @@ class CommandResult:
 
 
 @dataclass(frozen=True)
-class Ran:
-    """What a backend's `Backend._run` saw; `Backend.run` turns it into the `CommandResult`.
+class Command:
+    """One command as `Backend.run` hands it to a backend's `Backend._run` (see `Backend.run` for each field).
 
-    Attributes:
-        output: The command's output, already capped to the ``chars`` it was given.
-        exit_code: The shell's exit status (ignored when `killed` says why there is none).
-        killed: ``""`` (it exited), ``"timeout"`` (killed at the wall-clock limit) or ``"overflow"`` (killed for
-            writing more than ``limits.output_hard_bytes``).
-        cwd: Working directory after the command.
-        env: Exported variables after the command, sorted.
+    `timeout` is already clamped to ``limits.max_timeout_s`` and `chars` is the output to keep.
     """
 
-    output: str
-    exit_code: int | None
-    killed: str
+    tree: str
+    command: str
     cwd: str
-    env: tuple[tuple[str, str], ...]
+    env: Mapping[str, str]
+    timeout: float
+    chars: int
+    binds: Sequence[tuple[str, str, bool]] = ()
 
 
 class Backend(abc.ABC):
@@ -146,27 +142,24 @@ class Backend(abc.ABC):
         """
         chars = output_chars or self.limits.output_chars
         timeout = max(0.1, min(float(timeout), self.limits.max_timeout_s))
-        r = self._run(tree, command, cwd=cwd, env=env, timeout=timeout, chars=chars, binds=binds)
-        out = r.output
-        if r.killed == "timeout":
-            out += f"\n[command timed out after {timeout:g} s and was killed]"
-        elif r.killed == "overflow":
-            out += f"\n[command killed: output exceeded {self.limits.output_hard_bytes} bytes]"
-        return CommandResult(out, None if r.killed else r.exit_code, r.killed == "timeout", r.cwd, r.env)
+        result, killed = self._run(Command(tree, command, cwd, env, timeout, chars, binds))
+        note = ""
+        if killed == "timeout":
+            note = f"\n[command timed out after {timeout:g} s and was killed]"
+        elif killed == "overflow":
+            note = f"\n[command killed: output exceeded {self.limits.output_hard_bytes} bytes]"
+        return replace(
+            result,
+            output=result.output + note,
+            exit_code=None if killed else result.exit_code,
+            timed_out=killed == "timeout",
+        )
 
     @abc.abstractmethod
-    def _run(
-        self,
-        tree: str,
-        command: str,
-        *,
-        cwd: str,
-        env: Mapping[str, str],
-        timeout: float,
-        chars: int,
-        binds: Sequence[tuple[str, str, bool]],
-    ) -> Ran:
-        """Start `command` and collect what it did (`timeout` already clamped, `chars` the output to keep)."""
+    def _run(self, c: Command) -> tuple[CommandResult, str]:
+        """Run `c` and collect what it did: the result (output capped to ``c.chars``, `timed_out` left False) and
+        why it was killed: ``""`` (it exited), ``"timeout"`` or ``"overflow"`` (more than
+        ``limits.output_hard_bytes`` of output); `run` adds the note and clears the exit code of a killed one."""
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -25,7 +25,6 @@ import tarfile
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +32,9 @@ from envkit.errors import require
 from envs.swe.backend import (
     WORKDIR,
     Backend,
+    Command,
+    CommandResult,
     Limits,
-    Ran,
     SandboxError,
     cap_output,
     parse_state,
@@ -207,21 +207,12 @@ class DockerBackend(Backend):
     def base_env(self) -> dict[str, str]:
         return sandbox_env(self._prefix)
 
-    def _run(
-        self,
-        tree: str,
-        command: str,
-        *,
-        cwd: str,
-        env: Mapping[str, str],
-        timeout: float,
-        chars: int,
-        binds: Sequence[tuple[str, str, bool]],
-    ) -> Ran:
+    def _run(self, c: Command) -> tuple[CommandResult, str]:
         """Run `command` with bash in a fresh container on work tree `tree` (see `Backend.run`).
 
         Output is streamed while the command runs: head and tail are kept (the middle dropped), and the container
         is killed once it has written ``limits.output_hard_bytes``."""
+        tree, command, cwd, env, timeout, chars, binds = c.tree, c.command, c.cwd, c.env, c.timeout, c.chars, c.binds
         docker = require("docker", extra="swe", what="the SWE env's docker backend")
         marker = f"__ENVKIT_STATE_{secrets.token_hex(8)}__"
         script = (
@@ -291,7 +282,7 @@ class DockerBackend(Backend):
         else:  # the middle was dropped while streaming: head as read, tail up to the state marker
             out = cap_output(head_b[: 4 * chars], head[-4 * chars :], total, chars)
         killed = "overflow" if reader.overflow else "timeout" if timed_out else ""
-        return Ran(out, code, killed, new_cwd, new_env)
+        return CommandResult(out, code, False, new_cwd, new_env), killed
 
     def close(self) -> None:
         self.client.close()

@@ -39,8 +39,9 @@ from envs.swe.backend import (
     SYSTEM_DIRS,
     WORKDIR,
     Backend,
+    Command,
+    CommandResult,
     Limits,
-    Ran,
     SandboxError,
     cap_output,
     parse_state,
@@ -240,17 +241,8 @@ class LocalBackend(Backend):
             resource.RLIMIT_NOFILE: 1024,
         }
 
-    def _run(
-        self,
-        tree: str,
-        command: str,
-        *,
-        cwd: str,
-        env: Mapping[str, str],
-        timeout: float,
-        chars: int,
-        binds: Sequence[tuple[str, str, bool]],
-    ) -> Ran:
+    def _run(self, c: Command) -> tuple[CommandResult, str]:
+        tree, command, cwd, env, timeout, chars, binds = c.tree, c.command, c.cwd, c.env, c.timeout, c.chars, c.binds
         cpu = int(timeout) + 5
         view = None if traversable(tree, self.uid, self.uid) else self._views.temporary(tree)
         procs = self.cgroups.procs_files() if self.cgroups else []
@@ -301,7 +293,7 @@ class LocalBackend(Backend):
             )
             raise SandboxError(f"bubblewrap could not start the sandbox: {msg}{hint}")
         new_cwd, new_env = parse_state(b"" if len(raw) > _STATE_MAX else raw, cwd, env)
-        return Ran(cap_output(head, tail, total, chars), code, why, new_cwd, new_env)
+        return CommandResult(cap_output(head, tail, total, chars), code, False, new_cwd, new_env), why
 
     def close(self) -> None:
         """Kill strays and remove the backend's cgroups."""
