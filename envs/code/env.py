@@ -40,12 +40,8 @@ DEFAULT_PROMPT = (
 )
 DATA_ENV_VAR = "ENVKIT_CODE_DATA"
 
-_SANDBOXES: SharedPerConfig[SandboxConfig, Sandbox] = SharedPerConfig(Sandbox)
-
-
-def shared_sandbox(config: SandboxConfig) -> Sandbox:
-    """The process-wide sandbox for `config` (started on first use, closed at exit)."""
-    return _SANDBOXES.get(config)
+#: ``shared_sandbox(config)``: the process-wide sandbox for a `SandboxConfig` (started on first use, closed at exit).
+shared_sandbox = SharedPerConfig[SandboxConfig, Sandbox](Sandbox).get
 
 
 class CodeEnv(VerifierEnv[CodeProblem, CodeResult, CodeVerifier]):

@@ -35,12 +35,9 @@ from envs.verifier_env import SharedPerConfig, VerifierEnv, cached_problems
 DEFAULT_PROMPT = "{question}\n\nReason step by step, then put your final answer within \\boxed{{}}."
 DATA_ENV_VAR = "ENVKIT_MATH_DATA"
 
-_SHARED: SharedPerConfig[MathVerifierConfig, MathVerifier] = SharedPerConfig(MathVerifier)
-
-
-def shared_verifier(config: MathVerifierConfig) -> MathVerifier:
-    """The process-wide verifier for `config` (made on first use, closed at exit)."""
-    return _SHARED.get(config)
+#: ``shared_verifier(config)``: the process-wide verifier for a `MathVerifierConfig` (made on first use, closed at
+#: exit).
+shared_verifier = SharedPerConfig[MathVerifierConfig, MathVerifier](MathVerifier).get
 
 
 class MathEnv(VerifierEnv[MathProblem, MathResult, MathVerifier]):
