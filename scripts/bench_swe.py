@@ -35,7 +35,8 @@ from pathlib import Path
 import tyro
 from tqdm import tqdm
 
-from envs.swe.layers import LayerStore, OverlayTree
+from envs.swe.layers import LayerStore
+from envs.swe.overlay import OverlayTree
 
 
 def make_repo(dest: Path, n: int) -> tuple[int, int]:
@@ -133,7 +134,7 @@ def bench_overlay(
 
 def bench_commands(tmp: Path, rounds: int) -> dict[str, object]:
     """Wall ms of ``bash -c true`` in the local sandbox with and without the per-backend cgroup."""
-    from envs.swe.layers import chown_tree
+    from envs.swe.layer_files import chown_tree
     from envs.swe.sandbox import LocalBackend
 
     work = tmp / "cmd-tree"
