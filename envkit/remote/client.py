@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, SupportsFloat
@@ -30,6 +31,9 @@ from envkit.capability import SnapshotCapability
 from envkit.errors import InvalidActionError, SnapshotError
 from envkit.remote.transport import EnvServerError, HTTPTransport, WSTransport, info, split_url
 from envkit.spaces import FreeText
+
+#: How many discarded handles a `RemoteEnv` remembers for its own error message.
+DISCARDED_KEPT = 4096
 
 TOKEN_ENV = "ENVKIT_SERVE_TOKEN"
 
@@ -116,7 +120,9 @@ class RemoteEnv(gym.Env[str, str]):
         self.observation_space = FreeText(int(self.server_info.get("max_observation_length", 1 << 22)))
         self.evaluation = bool(self.server_info.get("evaluation", False))
         self._server = str(self.server_info["server"])
-        self._discarded: set[str] = set()
+        #: The latest discarded handles, for a clear local error (bounded: an older one gets the server's
+        #: "unknown snapshot handle", also a SnapshotError).
+        self._discarded: OrderedDict[str, None] = OrderedDict()
         self.last_restore_kind = ""
         #: The last connection failure ("" while the server answers); `RemotePool` stops a run on it.
         self.server_error = ""
@@ -155,7 +161,9 @@ class RemoteEnv(gym.Env[str, str]):
     def discard(self, snapshot: RemoteSnapshot) -> None:
         h = self._check(snapshot)
         self._call("discard", handle=h)
-        self._discarded.add(h)
+        self._discarded[h] = None
+        while len(self._discarded) > DISCARDED_KEPT:
+            self._discarded.popitem(last=False)
 
     def run_oracle(self, max_steps: int, oracle_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Let the env's domain oracle act from the current state *on the server* (it reads privileged state

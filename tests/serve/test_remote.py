@@ -63,6 +63,23 @@ def test_snapshot_is_a_handle_restorable_through_another_session_of_the_same_ser
     b.close()
 
 
+def test_the_client_remembers_a_bounded_number_of_discarded_handles(toy_server, monkeypatch):
+    from envkit.remote import client
+
+    monkeypatch.setattr(client, "DISCARDED_KEPT", 3)
+    env = envkit.make(TOY, remote=toy_server.url)
+    env.reset(seed=0)
+    snaps = [env.snapshot() for _ in range(5)]
+    for s in snaps:
+        env.discard(s)
+    assert len(env.unwrapped._discarded) == 3
+    with pytest.raises(SnapshotError, match="discarded with env"):
+        env.restore(snaps[-1])  # remembered: the local message
+    with pytest.raises(SnapshotError, match="unknown snapshot handle"):
+        env.restore(snaps[0])  # forgotten locally: the server still refuses it
+    env.close()
+
+
 def test_bad_requests_get_clear_errors(toy_server):
     env = envkit.make(TOY, remote=toy_server.url)
     with pytest.raises(ResetNeededError, match="before reset"):
