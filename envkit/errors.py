@@ -53,6 +53,18 @@ class WorkerCrashedError(EnvkitError, RuntimeError):
     """A pool worker process died while serving a request."""
 
 
+class SessionLostError(EnvkitError, LookupError, RuntimeError):
+    """An env server no longer has this session (never opened, closed, idle expiry, server restart).
+
+    Raised by ``envkit-serve`` (HTTP 404) and, by name, again on the client (`envkit.remote.RemoteEnv`): reset a
+    new episode.
+    """
+
+
+class ServerCapacityError(EnvkitError, RuntimeError):
+    """An env server already holds its maximum number of sessions (``envkit-serve --max-sessions``, HTTP 503)."""
+
+
 def require(module: str, extra: str, *, what: str | None = None) -> ModuleType:
     """Import an optional dependency or raise `MissingExtraError` naming the `pip install` that fixes it.
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import pickle
 import uuid
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, SupportsFloat, runtime_checkable
@@ -37,6 +38,7 @@ import gymnasium as gym
 import numpy as np
 
 from envkit.capability import SNAPSHOT_KINDS, SnapshotCapability
+from envkit.discard_ledger import DiscardLedger
 from envkit.errors import InvalidActionError, ReplayDivergenceError, ResetNeededError, SnapshotError
 from envkit.spaces import FreeText
 
@@ -62,7 +64,8 @@ class Snapshot:
         payload: The env's own state object (treat as opaque; never mutated after creation).
         replay: The (seed, options, actions, hashes) that reach the same state by replay (None when the episode
             was reset without a seed). `SnapshotEnvBase` records it for every env.
-        id: Unique id (for `discard` bookkeeping).
+        id: Unique id (for `discard` bookkeeping): ``"<origin>:<n>"``, `origin` drawn once per env instance and
+            `n` counting up (`envkit.discard_ledger`).
     """
 
     env: str
@@ -125,7 +128,10 @@ class SnapshotEnvBase(gym.Env[str, str]):
         self.observation_space = FreeText(max_observation_length)
         self._episode_started = False
         self._episode_over = False
-        self._discarded: set[str] = set()
+        #: Discarded snapshot ids, as ranges of this env's snapshot counter (bounded memory, not a set of ids).
+        self._discarded = DiscardLedger()
+        self._snapshot_origin = uuid.uuid4().hex
+        self._snapshots_taken = 0
         self._replay: ReplayState | None = None
         #: How the last `restore` reached its state: ``"native"``, or ``"replay"`` when it went through
         #: `restore_by_replay` (SERO counts restores by kind). Empty before the first restore.
@@ -150,12 +156,9 @@ class SnapshotEnvBase(gym.Env[str, str]):
             raise ResetNeededError(
                 f"{type(self).__name__}.step() called after the episode ended; call env.reset() or env.restore(s)"
             )
-        if not isinstance(action, str):
-            raise InvalidActionError(f"actions are text: expected str, got {type(action).__name__} ({action!r:.80})")
-        if not self.action_space.contains(action):
-            raise InvalidActionError(
-                f"action of {len(action)} characters exceeds the limit of {self.action_space.max_length}"  # type: ignore[attr-defined]
-            )
+        why = self.action_space.why_not(action)  # type: ignore[attr-defined]
+        if why is not None:  # refused before the env sees it: the state is untouched
+            raise InvalidActionError(why)
         obs, reward, terminated, truncated, info = self._step(action)
         self._episode_over = bool(terminated or truncated)
         r = self._replay
@@ -170,11 +173,13 @@ class SnapshotEnvBase(gym.Env[str, str]):
         if not self._episode_started:
             raise SnapshotError(f"{type(self).__name__}.snapshot() called before reset(); call env.reset() first")
         payload = self._snapshot()
+        n, self._snapshots_taken = self._snapshots_taken, self._snapshots_taken + 1
         return Snapshot(
             env=_qualname(self),
             kind=str(self.metadata.get("snapshot", "native")),
             payload=(payload, self._episode_over, self.np_random.bit_generator.state),  # the getter returns a new dict
             replay=self._replay,
+            id=f"{self._snapshot_origin}:{n}",
         )
 
     def restore(self, snapshot: Snapshot) -> tuple[str, dict[str, Any]]:
@@ -299,6 +304,8 @@ class ReplaySnapshot(gym.Wrapper[Any, Any, Any, Any]):
         self._seed_rng = np.random.default_rng()
         self._state: ReplayState | None = None
         self._last: tuple[Any, dict[str, Any]] | None = None
+        #: ``id()`` of the discarded snapshots still alive (an entry goes when its snapshot is collected, so the
+        #: set stays as small as the discarded snapshots someone still holds, and a reused ``id()`` is not stale).
         self._discarded: set[int] = set()
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
@@ -338,4 +345,6 @@ class ReplaySnapshot(gym.Wrapper[Any, Any, Any, Any]):
     def discard(self, snapshot: ReplayState) -> None:
         if not isinstance(snapshot, ReplayState):
             raise SnapshotError(f"ReplaySnapshot expected a ReplayState from snapshot(), got {type(snapshot).__name__}")
-        self._discarded.add(id(snapshot))
+        if id(snapshot) not in self._discarded:
+            self._discarded.add(id(snapshot))
+            weakref.finalize(snapshot, self._discarded.discard, id(snapshot))

@@ -155,6 +155,11 @@ class VerifierEnv(SnapshotEnvBase, Generic[P, R, V]):
     def _prompt(self, problem: P) -> str:
         """The first observation of an episode on `problem`."""
 
+    def _attempts_left(self) -> str:
+        """``"2 attempts left"`` / ``"1 attempt left"`` for feedback; ``""`` when no attempt is left."""
+        left = self.max_attempts - len(self._history)
+        return f"{left} attempt{'s' if left != 1 else ''} left" if left > 0 else ""
+
     @abstractmethod
     def _feedback(self, result: R) -> str:
         """The observation after an attempt (the attempt is already in the transcript)."""

@@ -20,140 +20,27 @@ import dataclasses
 import json
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from envkit.capability import capability_from_metadata
-from envkit.core import Root, Trajectory
-from envkit.credit.defaults import P_FLOOR, TAU_W, W_MIN
-from envkit.credit.sero import SeroConfig, credit_group, select_roots
+from envkit.core import Trajectory
+from envkit.credit.sero import RootRounds, SeroConfig, credit_group
 from envkit.io import RecordStore
 from envkit.lifetime import OwnerTrackingPool
 from envkit.policies import Policy, PolicyInput
 from envkit.pool import EnvFactory, make_pool
-from envkit.registration import env_facts
 from envkit.rollout import Task, rollout
 from oracles.continuation import ContinuationOutcome, job_for, run_continuations
 from oracles.reach_weights import Weighted, reach_weights
 from oracles.records import STEP_FIELDS, summarize, summary_path, task_records, task_stats, write_output
+from oracles.run_config import DEFAULT_ENV, RunConfig
 
 __all__ = ["DEFAULT_ENV", "STEP_FIELDS", "RunConfig", "run", "summarize", "summary_path", "task_seed"]
-
-DEFAULT_ENV = "envkit/WebShop-v0"
-
-
-@dataclass(frozen=True)
-class RunConfig:
-    """Settings of one ``envkit-oracle rollout`` run (the CLI's options, one field each).
-
-    Attributes:
-        env_id: Registered env id.
-        env_kwargs: Keyword arguments of the env constructor.
-        oracle_kwargs: Keyword arguments of the domain oracle's constructor (e.g. ALFWorld ``strategy``).
-        policy: Policy spec (see `oracles.policies.make_policy`).
-        tasks: Number of tasks (task i is ``reset(seed=task_seed(seed, i))``).
-        group: Rollouts per task (G).
-        roots: Roots per group (0: policy rollouts only).
-        out: Output file (.parquet or .jsonl).
-        workers: Env pool size.
-        backend: ``inprocess``, ``subprocess``, ``ray`` or ``remote`` (``env_kwargs`` with ``remote=URL``: envs on an
-            ``envkit-serve`` server; always the remote pool).
-        seed: Run seed (task seeds and the random policy's draws).
-        max_steps: Episode step budget (None: the env's ``EnvEntry.horizon``).
-        min_budget: A root needs this many steps of budget left (None: the env's ``EnvEntry.min_root_budget``).
-        scorer: Scorer spec for reachability weights (``uniform`` or ``hf:PATH``).
-        weighting: ``sequence`` or ``choice`` (admissible-choice variant).
-        gamma_g: GraphGPO discount (None: the env's ``EnvEntry.gamma_g``).
-        p_floor: Reachability weight floor.
-        tau_w: Reachability weight temperature.
-        w_min: Reachability weight minimum.
-        device: Device of model policies/scorers (``auto``, ``cpu``, ``cuda``).
-        chunk_tasks: Tasks rolled out together (one policy batch stream, one continuation round); None:
-            enough tasks to keep every worker busy in both phases, ``max(ceil(workers / group),
-            ceil(workers / roots))`` (small chunks also keep each worker on one task, so instance-bound native
-            snapshots such as ALFWorld's restore natively). Does not change the records; a kill loses at most
-            one chunk.
-        progress: Show progress bars.
-    """
-
-    env_id: str = DEFAULT_ENV
-    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    oracle_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    policy: str = "random"
-    tasks: int = 32
-    group: int = 8
-    roots: int = 2
-    out: str = "runs/oracle.parquet"
-    workers: int = 2
-    backend: str = "subprocess"
-    seed: int = 0
-    max_steps: int | None = None
-    min_budget: int | None = None
-    scorer: str = "uniform"
-    weighting: str = "sequence"
-    gamma_g: float | None = None
-    p_floor: float = P_FLOOR
-    tau_w: float = TAU_W
-    w_min: float = W_MIN
-    device: str = "auto"
-    chunk_tasks: int | None = None
-    progress: bool = True
-
-    def __post_init__(self) -> None:
-        for name in ("tasks", "group", "workers"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
-        if self.chunk_tasks is not None and self.chunk_tasks < 1:
-            raise ValueError(f"--chunk-tasks must be >= 1 (or unset), got {self.chunk_tasks}")
-        if self.backend not in ("inprocess", "subprocess", "ray", "remote"):
-            raise ValueError(f"--backend must be inprocess, subprocess, ray or remote, got {self.backend!r}")
-        if not str(self.out).endswith((".parquet", ".jsonl")):
-            raise ValueError(f"--out must end in .parquet or .jsonl, got {self.out!r}")
-        self.sero  # noqa: B018  (validates the SERO settings)
-
-    @property
-    def horizon(self) -> int:
-        return self.max_steps if self.max_steps is not None else env_facts(self.env_id).horizon
-
-    @property
-    def root_budget(self) -> int:
-        return self.min_budget if self.min_budget is not None else env_facts(self.env_id).min_root_budget
-
-    @property
-    def sero(self) -> SeroConfig:
-        gamma = self.gamma_g if self.gamma_g is not None else env_facts(self.env_id).gamma_g
-        return SeroConfig(
-            roots_per_group=self.roots,
-            min_budget=self.root_budget,
-            horizon=self.horizon,
-            p_floor=self.p_floor,
-            tau_w=self.tau_w,
-            w_min=self.w_min,
-            weighting=self.weighting,  # type: ignore[arg-type]
-            gamma_g=gamma,
-            oracle_kwargs=dict(self.oracle_kwargs),
-        )
-
-    def meta(self) -> dict[str, Any]:
-        """Settings that determine the records (checked on resume; workers/backend/tasks may change)."""
-        d = dataclasses.asdict(self)
-        for k in ("out", "workers", "backend", "tasks", "progress", "device", "chunk_tasks"):
-            d.pop(k)
-        d["env_kwargs"] = {k: v for k, v in self.env_kwargs.items() if k != "remote"}  # where envs run: not a setting
-        d["oracle_kwargs"] = dict(self.oracle_kwargs)
-        d["horizon"] = self.horizon
-        d["gamma_g"] = self.sero.gamma_g
-        d["min_budget"] = self.root_budget
-        return d
-
-
-#: Rounds of replacement roots after roots were found dead (`continue_roots`).
-DEAD_ROOT_ROUNDS = 8
 
 
 def continue_roots(
@@ -166,28 +53,18 @@ def continue_roots(
     """Select the roots of each group and continue them; dead roots are replaced (outcomes per group).
 
     A root the oracle's ``dead_end`` check proves unwinnable comes back at once with ``dead_end`` set (no oracle
-    step is spent on it); the group then gets its next root candidate in its place (never one already tried),
-    for up to `DEAD_ROOT_ROUNDS` rounds, so dead ends do not use up a group's ``roots_per_group``. The dead
-    outcomes stay in the list (counted as ``dead_roots_skipped``). Depends only on the groups, not on the pool.
+    step is spent on it); the group then gets its next root candidate in its place (`envkit.credit.sero.RootRounds`:
+    never one already tried, up to ``DEAD_ROOT_ROUNDS`` rounds), so dead ends do not use up a group's
+    ``roots_per_group``. The dead outcomes stay in the list (counted as ``dead_roots_skipped``). Depends only on
+    the groups, not on the pool.
     """
     per_task: list[list[ContinuationOutcome]] = [[] for _ in idx]
-    tried: list[set[str]] = [set() for _ in idx]
-    need = [sero.roots_per_group] * len(idx)
-    for _ in range(1 + DEAD_ROOT_ROUNDS):
-        picks: list[tuple[int, Root]] = []
-        for k, (i, g) in enumerate(zip(idx, groups, strict=True)):
-            if need[k] > 0:
-                cfg_k = dataclasses.replace(sero, roots_per_group=need[k])
-                rs = select_roots(g, group=i, config=cfg_k, exclude=tried[k])
-                tried[k].update(r.observation for r in rs)
-                picks += [(k, r) for r in rs]
-        if not picks:
-            break
+    pickers = [RootRounds(g, i, sero) for i, g in zip(idx, groups, strict=True)]
+    while picks := [(k, r) for k, picker in enumerate(pickers) for r in picker.pick()]:
         jobs = [job_for(r, groups[k][r.trajectory], env_id, sero.horizon, **sero.oracle_kwargs) for k, r in picks]
-        need = [0] * len(idx)
         for (k, _), o in zip(picks, run_continuations(pool, jobs), strict=True):
             per_task[k].append(o)
-            need[k] += o.dead_end
+            pickers[k].settle(dead=o.dead_end)
     return per_task
 
 
@@ -217,7 +94,7 @@ def _finish_chunk(
     per_task: Sequence[Sequence[ContinuationOutcome]],
 ) -> dict[str, float]:
     """Reachability weights, GraphGPO credit and records of one chunk, appended to the journal task by task."""
-    sero = cfg.sero
+    sero = cfg.sero_config
     t_score = t_credit = t_io = 0.0
     for i, g, outs in zip(idx, groups, per_task, strict=True):
         ts = time.perf_counter()
@@ -257,12 +134,14 @@ def run(
     fresh = not out.with_name(out.name + ".journal.jsonl").exists()
     store = RecordStore(out, meta=cfg.meta())
     pending = [i for i in range(cfg.tasks) if f"task-{i}" not in store.done]
-    sero = cfg.sero
+    sero = cfg.sero_config
     timing: dict[str, float] = dict.fromkeys(("rollout_s", "continue_s", "scoring_s", "credit_s", "io_s"), 0.0)
     counts: dict[str, int] = dict.fromkeys(
         ("tasks_run", "policy_steps", "continuations", "oracle_steps", "snapshots_released"), 0
     )
-    per_chunk = cfg.chunk_tasks or max(1, -(-cfg.workers // cfg.group), -(-cfg.workers // max(1, cfg.roots)))
+    per_chunk = cfg.chunk_tasks or max(
+        1, -(-cfg.workers // cfg.group), -(-cfg.workers // max(1, cfg.sero.roots_per_group))
+    )
     bar = _Bar(cfg.progress, cfg.tasks, cfg.tasks - len(pending))
     if pending:
         post = ThreadPoolExecutor(max_workers=1, thread_name_prefix="sero-post")
@@ -277,7 +156,7 @@ def run(
 
         try:
             policy = policy or make_policy(cfg.policy, seed=cfg.seed, device=cfg.device)
-            scorer = scorer or (make_scorer(cfg.scorer, device=cfg.device) if cfg.roots else None)
+            scorer = scorer or (make_scorer(cfg.scorer, device=cfg.device) if cfg.sero.roots_per_group else None)
             pool_cm = make_pool(EnvFactory(cfg.env_id, dict(cfg.env_kwargs)), cfg.workers, cfg.backend)
             with pool_cm as raw_pool:
                 md = raw_pool.call(0, "metadata").value or {}

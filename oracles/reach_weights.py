@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from envkit.core import Step
-from envkit.credit.reachability import choice_logprob, reachability_weights
+from envkit.credit.reachability import choice_logprob
 from envkit.credit.sero import SeroConfig
 from envkit.policies import PolicyInput
 from oracles.continuation import ContinuationOutcome
@@ -84,5 +84,5 @@ def reach_weights(
             seq = scorer.loglik([turns[j] for j in need], [actions[j] for j in need])
             for j, v in zip(need, seq, strict=True):
                 ll[j] = v
-    w = reachability_weights(np.asarray(ll, dtype=np.float64), config.p_floor, config.tau_w, config.w_min)
+    w = config.reach.weights(np.asarray(ll, dtype=np.float64))
     return Weighted(tuple(float(v) for v in ll), tuple(float(v) for v in w), fallbacks)

@@ -34,8 +34,8 @@ import gymnasium as gym
 from oracles.base import OracleGaveUp
 
 if TYPE_CHECKING:
-    from envs.swe.sandbox import Backend
-    from envs.swe.tasks import Task
+    from envs.swe.backend import Backend
+    from envs.swe.tasks import SweTask
 
 _IGNORE_DIRS = {"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
 _BATCH_CHARS = 40_000  # base64 characters per bash action (actions are capped at 65,536 characters)
@@ -294,7 +294,7 @@ class Validation:
         return self.buggy_reward == 0.0 and self.gold_reward == 1.0
 
 
-def validate(tasks: list[Task], *, backend: Backend | str = "local", progress: bool = False) -> list[Validation]:
+def validate(tasks: list[SweTask], *, backend: Backend | str = "local", progress: bool = False) -> list[Validation]:
     """Check each task through the env: buggy tree scores 0, the oracle's gold state scores 1."""
     from envs.swe.env import SWEEnv
     from oracles.base import run_oracle
@@ -302,7 +302,7 @@ def validate(tasks: list[Task], *, backend: Backend | str = "local", progress: b
     env = SWEEnv(tasks=tasks, backend=backend, max_steps=20)
     out: list[Validation] = []
     try:
-        it: list[Task] = tasks
+        it: list[SweTask] = tasks
         if progress:
             from tqdm import tqdm
 

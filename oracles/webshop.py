@@ -23,14 +23,14 @@ from typing import Any
 
 import gymnasium as gym
 
-from envs.webshop.catalog import Goal, Product
+from envs.webshop.products import Product, WebShopGoal
 from envs.webshop.reward import normalize_color, token_set_ratio
 from envs.webshop.search import RESULTS_PER_PAGE
 from envs.webshop.shop import BACK, BUY, NEXT, PREV, ShopState, search_query
 from oracles.base import OracleGaveUp
 
 
-def target_options(product: Product, goal: Goal) -> tuple[dict[str, str], list[str]]:
+def target_options(product: Product, goal: WebShopGoal) -> tuple[dict[str, str], list[str]]:
     """``(group -> value to click, goal values that match no option of the product)``."""
     groups = dict(product.options)
     wanted: dict[str, str] = {}
@@ -79,7 +79,7 @@ class WebShopOracle:
     def __init__(self, strict: bool = False):
         self.strict = strict
         self._env: Any = None
-        self._goal: Goal | None = None
+        self._goal: WebShopGoal | None = None
         self._product: Product | None = None
         self._options: dict[str, str] = {}
         self._queries: list[str] = []
@@ -88,7 +88,7 @@ class WebShopOracle:
     def start(self, env: gym.Env[Any, Any], observation: str, info: Mapping[str, Any]) -> None:
         base: Any = env.unwrapped
         goal = getattr(base, "goal", None)
-        if not isinstance(goal, Goal):
+        if not isinstance(goal, WebShopGoal):
             raise OracleGaveUp(f"{type(base).__name__} exposes no WebShop goal; this oracle serves envkit/WebShop*")
         product = base.catalog.by_asin.get(goal.asin)
         if product is None:

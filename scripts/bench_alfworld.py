@@ -25,10 +25,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
-import typer
+import tyro
 from tqdm import tqdm
 
 
@@ -203,15 +203,25 @@ def _oracle_sweep(env: Any, starts: int, seed: int) -> dict[str, Any]:
 
 
 def main(
-    data_dir: Annotated[str | None, typer.Option(help="ALFWorld data dir (default $ALFWORLD_DATA)")] = None,
-    games: Annotated[int, typer.Option(help="games compared (the first of each task type, then more)")] = 6,
-    resets: Annotated[int, typer.Option(help="resets timed per env")] = 12,
-    steps: Annotated[int, typer.Option(help="random steps after each reset")] = 8,
-    seed: Annotated[int, typer.Option()] = 0,
-    oracle_sweep: Annotated[bool, typer.Option(help="also measure the oracle over every game")] = False,
-    sweep_starts: Annotated[int, typer.Option(help="starting states per game in the sweep (k = j % 11)")] = 11,
+    data_dir: str | None = None,
+    games: int = 6,
+    resets: int = 12,
+    steps: int = 8,
+    seed: int = 0,
+    oracle_sweep: bool = False,
+    sweep_starts: int = 11,
 ) -> None:
-    """Run the benchmark and print one JSON object."""
+    """Run the benchmark and print one JSON object.
+
+    Args:
+        data_dir: ALFWorld data dir (default $ALFWORLD_DATA).
+        games: Games compared (the first of each task type, then more).
+        resets: Resets timed per env.
+        steps: Random steps after each reset.
+        seed: Seed.
+        oracle_sweep: Also measure the oracle over every game.
+        sweep_starts: Starting states per game in the sweep (k = j % 11).
+    """
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     from envs.alfworld.env import ALFWorldEnv
 
@@ -239,4 +249,4 @@ def main(
 
 
 if __name__ == "__main__":
-    typer.run(main)
+    tyro.cli(main)

@@ -37,9 +37,9 @@ from tqdm import tqdm
 from oracles.models import ModelConfig, load_model
 from trainers.explorers.eden import EdenConfig
 from trainers.explorers.xrpo import XrpoConfig
-from trainers.local import LocalTrainer, TrainConfig
-from trainers.tasks import make_task
-from trainers.warmup import sft_warmup
+from trainers.local.tasks import make_task
+from trainers.local.trainer import LocalTrainer, TrainConfig
+from trainers.local.warmup import sft_warmup
 
 
 def main() -> None:

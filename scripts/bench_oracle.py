@@ -27,6 +27,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from envkit.credit.sero import SeroOptions
 from oracles.pipeline import RunConfig, run
 
 SWE_SCRIPT = ['{"tool": "bash", "command": "ls"}', '{"tool": "bash", "command": "echo note >> notes.txt"}']
@@ -37,7 +38,12 @@ def env_settings(name: str, tmp: Path) -> dict[str, Any] | str:
     import importlib
 
     if name == "toy":
-        return {"env_id": "envkit/Toy-v0", "env_kwargs": {"max_steps": 10}, "max_steps": 10, "min_budget": 7}
+        return {
+            "env_id": "envkit/Toy-v0",
+            "env_kwargs": {"max_steps": 10},
+            "max_steps": 10,
+            "sero": SeroOptions(min_budget=7),
+        }
     if name == "webshop":
         try:
             importlib.import_module("envs.webshop.env")
@@ -57,7 +63,7 @@ def env_settings(name: str, tmp: Path) -> dict[str, Any] | str:
             "env_id": "envkit/ALFWorld-v0",
             "env_kwargs": {"data_dir": data, "max_steps": 20},
             "max_steps": 20,
-            "min_budget": 12,
+            "sero": SeroOptions(min_budget=12),
             "tasks": 4,
             "group": 2,
         }
@@ -73,7 +79,7 @@ def env_settings(name: str, tmp: Path) -> dict[str, Any] | str:
             "env_id": "envkit/SWE-v0",
             "policy": f"scripted:{script}",
             "max_steps": 12,
-            "min_budget": 6,
+            "sero": SeroOptions(min_budget=6),
             "tasks": 4,
             "group": 2,
         }

@@ -31,12 +31,12 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
 
-import typer
+import tyro
 from tqdm import tqdm
 
-from envs.swe.layers import LayerStore, OverlayTree
+from envs.swe.layers import LayerStore
+from envs.swe.overlay import OverlayTree
 
 
 def make_repo(dest: Path, n: int) -> tuple[int, int]:
@@ -134,7 +134,7 @@ def bench_overlay(
 
 def bench_commands(tmp: Path, rounds: int) -> dict[str, object]:
     """Wall ms of ``bash -c true`` in the local sandbox with and without the per-backend cgroup."""
-    from envs.swe.layers import chown_tree
+    from envs.swe.layer_files import chown_tree
     from envs.swe.sandbox import LocalBackend
 
     work = tmp / "cmd-tree"
@@ -156,10 +156,17 @@ def sh(*args: str, cwd: Path, env: dict[str, str] | None = None) -> str:
 
 
 def main(
-    files: Annotated[int, typer.Option(help="files in the repository")] = 2000,
-    rounds: Annotated[int, typer.Option(help="snapshot/restore rounds per mechanism")] = 15,
-    deep: Annotated[int, typer.Option(help="successive snapshots for the layer-merge measurement")] = 60,
+    files: int = 2000,
+    rounds: int = 15,
+    deep: int = 60,
 ) -> None:
+    """Run the benchmark and print one JSON object.
+
+    Args:
+        files: Files in the repository.
+        rounds: Snapshot/restore rounds per mechanism.
+        deep: Successive snapshots for the layer-merge measurement.
+    """
     tmp = Path(tempfile.mkdtemp(prefix="envkit-bench-swe-"))
     try:
         src = tmp / "src"
@@ -252,4 +259,4 @@ def main(
 
 
 if __name__ == "__main__":
-    typer.run(main)
+    tyro.cli(main)

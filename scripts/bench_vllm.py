@@ -5,7 +5,7 @@ batch of chat prompts, the same number of new tokens per row (vLLM: ``ignore_eos
 never comes), sampling at temperature 1. Measured side by side, medians over ``--repeats``:
 
 - ``vllm_vs_transformers``: tokens/s of vLLM (bfloat16, ``enforce_eager``) over tokens/s of
-  `trainers.generation.sample` (what `envkit-train local` uses: float32 on a CPU, one torch thread per default);
+  `trainers.local.generation.sample` (what `envkit-train local` uses: float32 on a CPU, one torch thread per default);
 - ``embeds_vs_tokens``: time of the same batch sent as ``{"prompt_embeds": ...}`` requests (each prompt's own
   embedding rows plus one EDEN row, as the OpenRLHF rollout actor sends them) over the time of token requests, in
   the same engine (built with ``enable_prompt_embeds=True``): EDEN's engine overhead per request;
@@ -61,11 +61,11 @@ def _median_time(fn: Any, repeats: int) -> tuple[float, Any]:
 
 
 def bench_transformers(folder: Path, prompts: list[list[int]], new: int, repeats: int, threads: int) -> dict:
-    """`trainers.generation.sample` (the local trainer's generation) on the float32 model."""
+    """`trainers.local.generation.sample` (the local trainer's generation) on the float32 model."""
     import torch
 
     from oracles.models import ModelConfig, load_model
-    from trainers.generation import sample
+    from trainers.local.generation import sample
 
     torch.set_num_threads(threads)
     model, tok = load_model(ModelConfig(path=str(folder), device="cpu" if not torch.cuda.is_available() else "auto"))

@@ -9,7 +9,7 @@ validly as soon as it emits a listed label. Tasks are split once:
 - WebShop: 40 train-split goals (indices 500..539) for training, 20 test-split goals (0..19) held out.
 
 Model: a tiny Llama (word-level tokenizer over the envs' words and the labels) warmed up by behaviour cloning on
-the oracle's trajectories of a few train tasks (``--demo-tasks``; `trainers.agent_bc`), so it partly solves the
+the oracle's trajectories of a few train tasks (``--demo-tasks``; `trainers.local.agent_bc`), so it partly solves the
 train tasks it saw and rarely the others. Every arm then starts from that checkpoint with the same seed, tasks
 per step and episodes per task (the rollout budget), and only the credit differs:
 
@@ -50,10 +50,10 @@ import torch
 from envkit.registration import make
 from oracles.models import ModelConfig, load_model
 from oracles.numbered import register_numbered
-from trainers.agent_bc import bc_warmup, demo_rows, demo_words, oracle_demos
-from trainers.local import LocalTrainer, TrainConfig
-from trainers.multi_turn import AgentConfig, play
-from trainers.word_tasks import save_word_model
+from trainers.local.agent_bc import bc_warmup, demo_rows, demo_words, oracle_demos
+from trainers.local.multi_turn import AgentConfig, play
+from trainers.local.trainer import LocalTrainer, TrainConfig
+from trainers.local.word_tasks import save_word_model
 
 ARMS: dict[str, tuple[str, bool]] = {
     "GRPO": ("grpo", False),

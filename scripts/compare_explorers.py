@@ -30,12 +30,12 @@ import torch
 from oracles.models import ModelConfig, load_model
 from trainers.explorers.eden import EdenConfig
 from trainers.explorers.xrpo import XrpoConfig
-from trainers.generation import sample
-from trainers.local import LocalTrainer, TrainConfig
-from trainers.metrics import read_metrics
-from trainers.prompts import decode, encode_prompt
-from trainers.tasks import ArithmeticTask
-from trainers.warmup import sft_warmup
+from trainers.local.generation import sample
+from trainers.local.metrics import read_metrics
+from trainers.local.prompts import decode, encode_prompt
+from trainers.local.tasks import ArithmeticTask
+from trainers.local.trainer import LocalTrainer, TrainConfig
+from trainers.local.warmup import sft_warmup
 
 ARMS = ("none", "eden", "xrpo")
 

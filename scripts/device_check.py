@@ -6,9 +6,9 @@ each timed, each recorded (passed / error) in ONE JSON file:
 
 1. ``eden_inputs_embeds``: EDEN's engine on CUDA, `model.generate(inputs_embeds=...)`: with rho = 0 the prompt's
    embedding rows + the anchor row give exactly the greedy output of the token prompt + anchor token;
-   `trainers.generation.sample` runs a mixed clean/noisy batch (extra rows from `trainers.explorers.eden.perturb`);
+   `trainers.local.generation.sample` runs a mixed clean/noisy batch (extra rows from `trainers.explorers.eden.perturb`);
    time of 16 x 8 rows x 256 tokens from embeddings relative to the same batch from token ids.
-2. ``train_*``: `trainers.local.train` (what ``envkit-train local`` runs) on CUDA for a few steps each: GRPO, EDEN
+2. ``train_*``: `trainers.local.trainer.train` (what ``envkit-train local`` runs) on CUDA for a few steps each: GRPO, EDEN
    and XRPO on ``envkit/Toy-v0``; GraphGPO + SERO on Toy-v0 and on ``envkit/WebShop-v0`` (embedded catalog);
    the last step's metrics and the median step time.
 3. ``bench_explorers``: ``scripts/bench_explorers.py`` on CUDA at 16 prompts x 8 rollouts with 256-token
@@ -82,7 +82,7 @@ def check_eden_embeds(folder: Path, device: str, dtype: str, rows: int, new: int
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from trainers.explorers.eden import perturb
-    from trainers.generation import sample
+    from trainers.local.generation import sample
 
     tok = AutoTokenizer.from_pretrained(folder)
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=getattr(torch, dtype)).to(device).eval()
@@ -132,12 +132,12 @@ def check_eden_embeds(folder: Path, device: str, dtype: str, rows: int, new: int
 
 def check_train(folder: Path, device: str, dtype: str, task: str, explorer: str, agent: dict, tiny: bool,
                 run_dir: Path, steps: int) -> dict[str, Any]:  # fmt: skip
-    """`trainers.local.train` on `device` for `steps` steps; the last record and the median step time."""
+    """`trainers.local.trainer.train` on `device` for `steps` steps; the last record and the median step time."""
     from oracles.models import ModelConfig
     from trainers.explorers.eden import EdenConfig
     from trainers.explorers.xrpo import XrpoConfig
-    from trainers.local import TrainConfig, train
-    from trainers.multi_turn import AgentConfig
+    from trainers.local.multi_turn import AgentConfig
+    from trainers.local.trainer import TrainConfig, train
 
     eden = EdenConfig(n_noisy=2, n_anchors=4, candidate_percentiles=(0.0, 100.0), n_selection_prompts=8,
                       max_scored=None)  # fmt: skip
@@ -177,6 +177,13 @@ def check_bench(folder: Path, device: str, tiny: bool, log: Path) -> dict[str, A
         return {"passed": False, "rc": res.returncode, "error": log.read_text()[-1500:]}
     out = json.loads(res.stdout.strip().splitlines()[-1])  # bench_explorers prints one JSON line last
     return {"passed": True, **out}
+
+
+def _webshop_adv() -> Any:
+    """WebShop's GraphGPO discount (METHODS: 0.20) on the local trainer's advantage options."""
+    from envkit.credit.advantage_options import AdvantageOptions
+
+    return AdvantageOptions(gamma_g=0.2, terminal_reward=10.0)
 
 
 def main() -> None:
@@ -228,7 +235,7 @@ def main() -> None:
         ("train_toy_graphgpo_sero", lambda: check_train(folder, args.device, dtype, "envkit/Toy-v0", "none", graph,
                                                         args.tiny, work / "toy_sero", args.steps)),
         ("train_webshop_graphgpo_sero", lambda: check_train(folder, args.device, dtype, "envkit/WebShop-v0", "none",
-                                                            {**graph, "gamma_g": 0.2}, args.tiny, work / "ws_sero",
+                                                            {**graph, "adv": _webshop_adv()}, args.tiny, work / "ws_sero",
                                                             args.steps)),
         ("bench_explorers", lambda: check_bench(folder, args.device, args.tiny, work / "bench_explorers.log")),
     ]  # fmt: skip

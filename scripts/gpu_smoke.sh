@@ -89,7 +89,7 @@ run_step() {  # name, envkit options...
 }
 run_step none --explorer none --advantage grpo
 run_step eden --explorer eden --advantage grpo --eden-anchors "$ANCHORS"
-run_step xrpo --explorer xrpo --advantage grpo --xrpo n0=2 --xrpo icl_backend=tfidf
+run_step xrpo --explorer xrpo --advantage grpo --xrpo.n0 2 --xrpo.icl-backend tfidf
 run_step gigpo_sero --explorer none --advantage gigpo --sero
 
 # ---- 3. explorer step time on the GPU (local trainer, realistic response lengths; informative, not a check) ----

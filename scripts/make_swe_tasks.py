@@ -17,9 +17,8 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Annotated
 
-import typer
+import tyro
 
 from envs.swe.generator import Generator
 from envs.swe.tasks import DEFAULT_TASKS, TASKS_DIR, save_tasks
@@ -29,15 +28,27 @@ SDIST = "more_itertools-11.2.1.tar.gz"
 
 
 def main(
-    n: Annotated[int, typer.Option(help="tasks to keep")] = 24,
-    seed: Annotated[int, typer.Option(help="shuffle seed of the mutation candidates")] = 0,
-    out: Annotated[Path, typer.Option(help="output .jsonl or .jsonl.gz")] = DEFAULT_TASKS,
-    sdist: Annotated[Path, typer.Option(help="project archive (sdist with tests)")] = TASKS_DIR / SDIST,
-    download: Annotated[bool, typer.Option(help="pip download more-itertools==11.2.1 first")] = False,
-    package: Annotated[str, typer.Option(help="package directory to mutate")] = "more_itertools",
-    tests: Annotated[str, typer.Option(help="comma-separated test files")] = "tests/test_more.py,tests/test_recipes.py",
-    max_tries: Annotated[int, typer.Option(help="mutations to try at most")] = 200,
+    n: int = 24,
+    seed: int = 0,
+    out: Path = DEFAULT_TASKS,
+    sdist: Path = TASKS_DIR / SDIST,
+    download: bool = False,
+    package: str = "more_itertools",
+    tests: str = "tests/test_more.py,tests/test_recipes.py",
+    max_tries: int = 200,
 ) -> None:
+    """Generate, validate and write the SWE task file; print one JSON summary.
+
+    Args:
+        n: Tasks to keep.
+        seed: Shuffle seed of the mutation candidates.
+        out: Output .jsonl or .jsonl.gz.
+        sdist: Project archive (sdist with tests).
+        download: Pip download more-itertools==11.2.1 first.
+        package: Package directory to mutate.
+        tests: Comma-separated test files.
+        max_tries: Mutations to try at most.
+    """
     t0 = time.perf_counter()
     if download:
         tmp = Path(tempfile.mkdtemp())
@@ -76,4 +87,4 @@ def main(
 
 
 if __name__ == "__main__":
-    typer.run(main)
+    tyro.cli(main)

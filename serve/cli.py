@@ -9,79 +9,85 @@ Example::
 from __future__ import annotations
 
 import os
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-import typer
+import tyro
 
-app = typer.Typer(add_completion=False, help=__doc__)
-
-
-def _kwargs(items: list[str]) -> dict[str, Any]:
-    from oracles.cli import parse_kwargs
-
-    try:
-        return parse_kwargs(items, "--env-kwarg")
-    except ValueError as exc:
-        raise typer.BadParameter(str(exc)) from exc
+from oracles.command_line import cli, fail, key_values
 
 
-@app.command()
-def serve(
-    env_id: Annotated[str, typer.Argument(help="Registered env id, e.g. envkit/WebShop-v0.")],
-    host: Annotated[str, typer.Option(help="Interface to bind (0.0.0.0: every interface).")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="TCP port.")] = 8000,
-    max_sessions: Annotated[int, typer.Option(help="Most concurrent sessions (HTTP and WebSocket together).")] = 64,
-    idle_timeout: Annotated[
-        float, typer.Option(help="Seconds idle after which a session and its snapshots are dropped (0: never).")
-    ] = 600.0,
-    max_snapshots: Annotated[int, typer.Option(help="Most snapshots one session may hold.")] = 100_000,
-    token: Annotated[
-        str | None,
-        typer.Option(help="Require 'Authorization: Bearer TOKEN' (default: $ENVKIT_SERVE_TOKEN, else none)."),
-    ] = None,
-    oracle: Annotated[
-        bool, typer.Option(help="Serve the domain oracle (privileged, training only: SERO over remote envs).")
-    ] = False,
-    env_kwarg: Annotated[
-        list[str] | None, typer.Option(help="Env constructor argument KEY=VALUE (repeatable).")
-    ] = None,
-    log_level: Annotated[str, typer.Option(help="uvicorn log level.")] = "warning",
-) -> None:
-    """Serve ENV_ID: many sessions per process, each with its own env; snapshots stay here as handles."""
+@dataclass(frozen=True)
+class ServeConfig:
+    """Serve ENV_ID: many sessions per process, each with its own env; snapshots stay here as handles.
+
+    Attributes:
+        env_id: Registered env id, e.g. envkit/WebShop-v0.
+        host: Interface to bind (0.0.0.0: every interface).
+        port: TCP port.
+        max_sessions: Most concurrent sessions (HTTP and WebSocket together).
+        idle_timeout: Seconds idle after which a session and its snapshots are dropped (0: never).
+        max_snapshots: Most snapshots one session may hold.
+        token: Require 'Authorization: Bearer TOKEN' (None: $ENVKIT_SERVE_TOKEN, else no token).
+        oracle: Serve the domain oracle (privileged, training only: SERO over remote envs).
+        env_kwargs: Env constructor argument KEY=VALUE (repeatable; VALUE parsed as JSON when it can be).
+        log_level: uvicorn log level.
+    """
+
+    env_id: Annotated[str, tyro.conf.Positional, tyro.conf.arg(metavar="ENV_ID")]
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_sessions: int = 64
+    idle_timeout: float = 600.0
+    max_snapshots: int = 100_000
+    token: str | None = None
+    oracle: bool = False
+    env_kwargs: Annotated[dict[str, Any], key_values("--env-kwarg"), tyro.conf.arg(name="env-kwarg")] = field(
+        default_factory=dict
+    )
+    log_level: str = "warning"
+
+
+def serve(cfg: ServeConfig) -> None:
+    """Check the extra, build the app (unknown id / bad kwargs: one ``error:`` line, exit 2), run uvicorn."""
     from envkit.errors import EnvkitError, require
 
     try:
         for mod in ("openenv.core.env_server", "fastapi", "uvicorn"):
             require(mod, "serve", what="envkit-serve")
     except EnvkitError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
+        fail(str(exc))
     import uvicorn
 
     from serve.app import build_app
 
-    token = token if token is not None else os.environ.get("ENVKIT_SERVE_TOKEN") or None
+    token = cfg.token if cfg.token is not None else os.environ.get("ENVKIT_SERVE_TOKEN") or None
     try:
         asgi = build_app(
-            env_id,
-            _kwargs(env_kwarg or []),
-            max_sessions=max_sessions,
-            idle_timeout=idle_timeout or None,
-            max_snapshots=max_snapshots,
+            cfg.env_id,
+            dict(cfg.env_kwargs),
+            max_sessions=cfg.max_sessions,
+            idle_timeout=cfg.idle_timeout or None,
+            max_snapshots=cfg.max_snapshots,
             token=token,
-            oracle=oracle,
+            oracle=cfg.oracle,
         )
     except EnvkitError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2) from exc
-    typer.echo(f"envkit-serve: {env_id} on http://{host}:{port} (ws://{host}:{port}/ws), up to {max_sessions} sessions")
+        fail(str(exc))
+    host, port = cfg.host, cfg.port
+    print(
+        f"envkit-serve: {cfg.env_id} on http://{host}:{port} (ws://{host}:{port}/ws), up to {cfg.max_sessions} sessions"
+    )
     # keep-alive well past the clients' think time (an LLM turn), so connections are reused between steps
-    uvicorn.run(asgi, host=host, port=port, log_level=log_level, timeout_keep_alive=max(75, int(idle_timeout or 0)),
-                ws_max_size=1 << 26)  # fmt: skip
+    uvicorn.run(asgi, host=host, port=port, log_level=cfg.log_level,
+                timeout_keep_alive=max(75, int(cfg.idle_timeout or 0)), ws_max_size=1 << 26)  # fmt: skip
 
 
-def main() -> None:
-    app()
+def main(argv: Sequence[str] | None = None) -> None:
+    """Console-script entry point (options built by tyro from `ServeConfig`)."""
+    serve(cli(ServeConfig, args=list(sys.argv[1:] if argv is None else argv), prog="envkit-serve"))
 
 
 if __name__ == "__main__":

@@ -17,18 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from envkit.errors import EnvkitError, SnapshotError
+from envkit.errors import ServerCapacityError, SessionLostError, SnapshotError
 from serve.models import EnvkitEnvironment
 
 T = TypeVar("T")
-
-
-class SessionLostError(EnvkitError, LookupError):
-    """No such session: never opened, closed, or expired after being idle."""
-
-
-class ServerCapacityError(EnvkitError, RuntimeError):
-    """The server holds its maximum number of sessions."""
 
 
 @dataclass

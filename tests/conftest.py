@@ -130,3 +130,31 @@ def vllm_model() -> Path:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     print(f"\n[vllm] real engine: {found}; model {folder}")
     return folder
+
+
+# ----- a real container engine (Podman's Docker-compatible API): tests marked `container` ------------------------
+@pytest.fixture(scope="session")
+def podman_url(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """URL of a Podman service started for this test session, probed with one container; skips with the reason
+    when the docker SDK is missing or no engine starts or runs a container here. Stopped after the session."""
+    pytest.importorskip("docker", reason="the docker SDK is not installed: pip install 'envkit[swe]'")
+    from envs.swe.backend import SandboxError
+    from envs.swe.container import DockerBackend, start_podman_service
+
+    try:
+        url, proc = start_podman_service(tmp_path_factory.mktemp("podman"))
+    except SandboxError as exc:
+        pytest.skip(f"no container engine could start here: {exc}")
+    try:
+        try:
+            backend = DockerBackend(base_url=url)
+            probe = backend.run("/tmp", "echo ok", cwd="/repo", env=backend.base_env(), timeout=60)
+            backend.close()
+        except Exception as exc:
+            pytest.skip(f"podman could not run a container here: {exc}")
+        if "ok" not in probe.output:
+            pytest.skip(f"podman runs no containers here: {probe.output[-500:]}")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

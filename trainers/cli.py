@@ -1,11 +1,11 @@
 """``envkit-train``: training entry points.
 
-    envkit-train local --help        the single-process transformers trainer (`trainers.local`); every option of
-                                     `trainers.local.TrainConfig` with its default
-    envkit-train openrlhf ...        the OpenRLHF backend (`trainers.openrlhf.entry:main`, imported lazily; the
-                                     arguments pass through unchanged)
+    envkit-train local --help        the single-process transformers trainer (`trainers.local.trainer`); every option of
+                                     `trainers.local.trainer.TrainConfig` with its default
+    envkit-train openrlhf --help     the OpenRLHF backend (`trainers.openrlhf.entry:main`, imported lazily):
+                                     envkit's options, then ``--`` and OpenRLHF's own flags
 
-Options of ``local`` are built by tyro from the config dataclasses: nested settings are dotted
+Options of both are built by tyro from the config dataclasses: nested settings are dotted
 (``--model.path smollm2``, ``--loss.kl-coef 0.01``, ``--eden.rho 0.18``, ``--xrpo.n0 4``).
 """
 
@@ -18,28 +18,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NoReturn
 
-import typer
-
 from envkit.errors import require
 
-app = typer.Typer(
-    add_completion=False,
-    no_args_is_help=True,
-    help="envkit trainers: `local` (single process, transformers) and `openrlhf` (distributed backend).",
-)
-_PASS = {"allow_extra_args": True, "ignore_unknown_options": True, "help_option_names": []}
+USAGE = """usage: envkit-train {local,openrlhf} [OPTIONS]
 
-
-@app.command("local", context_settings=_PASS, add_help_option=False)
-def local(ctx: typer.Context) -> None:
-    """Single-process RL trainer on transformers (CPU or one GPU); `envkit-train local --help` lists every option."""
-    run_local(list(ctx.args))
-
-
-@app.command("openrlhf", context_settings=_PASS, add_help_option=False)
-def openrlhf(ctx: typer.Context) -> None:
-    """OpenRLHF backend (trainers.openrlhf.entry); arguments are passed through unchanged."""
-    raise typer.Exit(run_openrlhf(list(ctx.args)))
+envkit trainers:
+  local      single-process RL trainer on transformers (CPU or one GPU); `envkit-train local --help` lists
+             every option with its default
+  openrlhf   the OpenRLHF backend (Ray + DeepSpeed + vLLM): envkit's options, then `--` and OpenRLHF's flags;
+             `envkit-train openrlhf --help` lists envkit's options
+"""
 
 
 def run_openrlhf(argv: Sequence[str]) -> int:
@@ -65,14 +53,13 @@ def run_local(argv: Sequence[str]) -> None:
 
     try:
         tyro = require("tyro", "train", what="envkit-train local")
-        from trainers.local import TrainConfig
-    except ImportError as exc:  # MissingExtraError, or torch & co. missing under trainers.local
+        from trainers.local.trainer import TrainConfig
+    except ImportError as exc:  # MissingExtraError, or torch & co. missing under trainers.local.trainer
         _fail(f"{exc}. The local trainer needs the `train` extra: pip install -e '.[train]'")
-    try:
-        cfg = tyro.cli(TrainConfig, args=list(argv), prog="envkit-train local", config=(tyro.conf.FlagConversionOff,))
-    except ValueError as exc:  # TrainConfig / ModelConfig checks
-        _fail(str(exc))
-    from trainers.preflight import problems
+    from oracles.command_line import cli
+
+    cfg = cli(TrainConfig, args=list(argv), prog="envkit-train local", config=(tyro.conf.FlagConversionOff,))
+    from trainers.local.preflight import problems
 
     found = problems(cfg.task, cfg.model.path)
     if found:
@@ -80,7 +67,7 @@ def run_local(argv: Sequence[str]) -> None:
     run_dir = Path(cfg.run_dir)
     existed = run_dir.exists()
     try:
-        from trainers.local import LocalTrainer
+        from trainers.local.trainer import LocalTrainer
 
         trainer = LocalTrainer(cfg)
     except (EnvkitError, ValueError, FileNotFoundError) as exc:
@@ -104,14 +91,17 @@ def _fail(*lines: str) -> NoReturn:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Console-script entry point. Subcommands get their arguments raw (``--`` included), not through click."""
+    """Console-script entry point. Subcommands get their arguments raw (``--`` included)."""
     args = list(sys.argv[1:] if argv is None else argv)
     if args and args[0] == "openrlhf":
         sys.exit(run_openrlhf(args[1:]))
     if args and args[0] == "local":
         run_local(args[1:])
         return
-    app(args=args, prog_name="envkit-train")
+    if not args or args[0] in ("-h", "--help"):
+        print(USAGE, end="")
+        raise SystemExit(0 if args else 2)
+    _fail(f"unknown command {args[0]!r}: choose `envkit-train local ...` or `envkit-train openrlhf ...` (--help)")
 
 
 if __name__ == "__main__":

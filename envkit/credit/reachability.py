@@ -1,6 +1,7 @@
 """SERO's policy-reachability weights for oracle steps and their application (docs/methods.md section 4, steps 5-6).
 
 API summary (numpy, float64):
+    ReachConfig(p_floor=0.05, tau_w=1.0, w_min=0.05)     the weight's settings, declared once (METHODS 4.5)
     reachability_weights(loglik_per_action (K,), p_floor=0.05, tau_w=1.0, w_min=0.05) -> (K,) weights
     choice_logprob(action_seq_logprobs (A,), chosen_index) -> float     admissible-choice variant of l_j
     apply_sero_weights(advantages (N,) or (N, T), weights (N,)) -> advantages * weights (row-wise)
@@ -16,17 +17,49 @@ scaling the row's per-token loss (``losses.policy_loss(token_weights=...)`` is t
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from envkit.credit.defaults import P_FLOOR, TAU_W, W_MIN
+__all__ = ["ReachConfig", "apply_sero_weights", "choice_logprob", "reachability_weights"]
 
-__all__ = ["apply_sero_weights", "choice_logprob", "reachability_weights"]
+
+@dataclass(frozen=True)
+class ReachConfig:
+    """Settings of SERO's reachability weight ``w_k = clip(exp(sum_j max(l_j, log p_floor) / tau_w), w_min, 1)``.
+
+    The one home of these defaults (docs/methods.md section 4.5); the SERO options of the oracle pipeline and both
+    trainers nest it (``--sero.reach.p-floor``, ``--agent.sero-opts.reach.p-floor``, ``--sero-opts.reach.p-floor``).
+
+    Attributes:
+        p_floor: Per-step likelihood floor: each l_j is floored at ``log(p_floor)`` before summing.
+        tau_w: Temperature: ``exp(log w / tau_w)``; > 1 flattens, < 1 sharpens.
+        w_min: Lower clip of a weight.
+    """
+
+    p_floor: float = 0.05
+    tau_w: float = 1.0
+    w_min: float = 0.05
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.p_floor <= 1.0:
+            raise ValueError(f"p_floor must be in (0, 1], got {self.p_floor}")
+        if self.tau_w <= 0.0:
+            raise ValueError(f"tau_w must be > 0, got {self.tau_w}")
+        if not 0.0 <= self.w_min <= 1.0:
+            raise ValueError(f"w_min must be in [0, 1], got {self.w_min}")
+
+    def weights(self, loglik_per_action: Any) -> np.ndarray:
+        """`reachability_weights` with these settings."""
+        return reachability_weights(loglik_per_action, self.p_floor, self.tau_w, self.w_min)
 
 
 def reachability_weights(
-    loglik_per_action: Any, p_floor: float = P_FLOOR, tau_w: float = TAU_W, w_min: float = W_MIN
+    loglik_per_action: Any,
+    p_floor: float = ReachConfig.p_floor,
+    tau_w: float = ReachConfig.tau_w,
+    w_min: float = ReachConfig.w_min,
 ) -> np.ndarray:
     """Weights of one oracle continuation's steps.
 
@@ -39,12 +72,7 @@ def reachability_weights(
     Returns:
         (K,) float64 weights in [w_min, 1]; the first is 1. Empty in, empty out.
     """
-    if not 0.0 < p_floor <= 1.0:
-        raise ValueError(f"p_floor must be in (0, 1], got {p_floor}")
-    if tau_w <= 0.0:
-        raise ValueError(f"tau_w must be > 0, got {tau_w}")
-    if not 0.0 <= w_min <= 1.0:
-        raise ValueError(f"w_min must be in [0, 1], got {w_min}")
+    ReachConfig(p_floor, tau_w, w_min)  # validates the three settings
     ll = np.asarray(loglik_per_action, dtype=np.float64)
     if ll.ndim != 1:
         raise ValueError(f"loglik_per_action must be 1-D (one value per oracle step), got shape {ll.shape}")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, SupportsFloat
@@ -30,6 +31,9 @@ from envkit.capability import SnapshotCapability
 from envkit.errors import InvalidActionError, SnapshotError
 from envkit.remote.transport import EnvServerError, HTTPTransport, WSTransport, info, split_url
 from envkit.spaces import FreeText
+
+#: How many discarded handles a `RemoteEnv` remembers for its own error message.
+DISCARDED_KEPT = 4096
 
 TOKEN_ENV = "ENVKIT_SERVE_TOKEN"
 
@@ -116,7 +120,9 @@ class RemoteEnv(gym.Env[str, str]):
         self.observation_space = FreeText(int(self.server_info.get("max_observation_length", 1 << 22)))
         self.evaluation = bool(self.server_info.get("evaluation", False))
         self._server = str(self.server_info["server"])
-        self._discarded: set[str] = set()
+        #: The latest discarded handles, for a clear local error (bounded: an older one gets the server's
+        #: "unknown snapshot handle", also a SnapshotError).
+        self._discarded: OrderedDict[str, None] = OrderedDict()
         self.last_restore_kind = ""
         #: The last connection failure ("" while the server answers); `RemotePool` stops a run on it.
         self.server_error = ""
@@ -130,8 +136,7 @@ class RemoteEnv(gym.Env[str, str]):
         return self._obs_info(out)
 
     def step(self, action: str) -> tuple[str, SupportsFloat, bool, bool, dict[str, Any]]:
-        if not isinstance(action, str):
-            raise InvalidActionError(f"actions are text: expected str, got {type(action).__name__} ({action!r:.80})")
+        _check_action(action)
         return self._transition(self._call("step", action=action))
 
     def close(self) -> None:
@@ -143,8 +148,7 @@ class RemoteEnv(gym.Env[str, str]):
 
     def snapshot_step(self, action: str) -> tuple[RemoteSnapshot, tuple[str, float, bool, bool, dict[str, Any]]]:
         """Snapshot, then step, in one round trip (what `envkit.rollout` does before every step)."""
-        if not isinstance(action, str):
-            raise InvalidActionError(f"actions are text: expected str, got {type(action).__name__} ({action!r:.80})")
+        _check_action(action)
         out = self._call("snapshot_step", action=action)
         return self._handle(out["snapshot"]), self._transition(out)
 
@@ -157,7 +161,9 @@ class RemoteEnv(gym.Env[str, str]):
     def discard(self, snapshot: RemoteSnapshot) -> None:
         h = self._check(snapshot)
         self._call("discard", handle=h)
-        self._discarded.add(h)
+        self._discarded[h] = None
+        while len(self._discarded) > DISCARDED_KEPT:
+            self._discarded.popitem(last=False)
 
     def run_oracle(self, max_steps: int, oracle_kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
         """Let the env's domain oracle act from the current state *on the server* (it reads privileged state
@@ -202,3 +208,10 @@ class RemoteEnv(gym.Env[str, str]):
 
     def __repr__(self) -> str:
         return f"RemoteEnv({self.env_id!r}, {self.url!r}, transport={self.transport_name!r})"
+
+
+def _check_action(action: object) -> None:
+    """Refuse what no env accepts before a round trip (the server checks again: `envkit.spaces.FreeText`)."""
+    why = FreeText(1 << 62).why_not(action)  # the length limit is the server env's
+    if why is not None:
+        raise InvalidActionError(why)

@@ -17,18 +17,11 @@ import urllib.parse
 from typing import Any
 
 from envkit import errors as E
+from envkit.errors import ServerCapacityError, SessionLostError
 
 
 class EnvServerError(E.EnvkitError, ConnectionError):
     """The env server could not be reached, died, or did not answer in time (its sessions are lost)."""
-
-
-class SessionLostError(E.EnvkitError, RuntimeError):
-    """The server no longer has this session (idle expiry, server restart); reset a new episode."""
-
-
-class ServerCapacityError(E.EnvkitError, RuntimeError):
-    """The server already holds its maximum number of sessions (``envkit-serve --max-sessions``)."""
 
 
 #: Error types the server may name, mapped back to envkit's classes (anything else: `E.EnvkitError`).

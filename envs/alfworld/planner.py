@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-__all__ = ["DeadEnd", "Goal", "Op", "PlanningError", "World", "command_for", "dead_end", "parse_goal", "plan"]
+__all__ = ["ALFWorldGoal", "DeadEnd", "Op", "PlanningError", "World", "command_for", "dead_end", "parse_goal", "plan"]
 
 _CONDITION = {
     "pick_clean_then_place_in_recep": ("isclean", "cleanobject", "sinkbasintype"),
@@ -43,7 +43,7 @@ class DeadEnd(PlanningError):
 
 
 @dataclass(frozen=True)
-class Goal:
+class ALFWorldGoal:
     """What a game asks for (types are the PDDL's lower-case type constants, e.g. ``"mugtype"``)."""
 
     task_type: str
@@ -61,8 +61,8 @@ class Op:
     args: tuple[str, ...]
 
 
-def parse_goal(problem: str, task_type: str) -> Goal:
-    """The `Goal` of a PDDL problem (its ``:goal`` section) for one of ALFWorld's task types."""
+def parse_goal(problem: str, task_type: str) -> ALFWorldGoal:
+    """The `ALFWorldGoal` of a PDDL problem (its ``:goal`` section) for one of ALFWorld's task types."""
     text = problem[problem.lower().index("(:goal") :].lower()
     otypes = dict(re.findall(r"\(objecttype \?(\w+) (\w+)\)", text))
     rtypes = dict(re.findall(r"\(receptacletype \?(\w+) (\w+)\)", text))
@@ -71,10 +71,10 @@ def parse_goal(problem: str, task_type: str) -> Goal:
         raise PlanningError(f"cannot read the object type from the goal: {text[:300]!r}")
     recep = next(iter(rtypes.values()), None)
     if task_type == "look_at_obj_in_light":
-        return Goal(task_type, obj, lamp_type=otypes.get("ot"))
+        return ALFWorldGoal(task_type, obj, lamp_type=otypes.get("ot"))
     if recep is None:
         raise PlanningError(f"cannot read the receptacle type from the goal: {text[:300]!r}")
-    return Goal(task_type, obj, recep, count=2 if task_type == "pick_two_obj_and_place" else 1)
+    return ALFWorldGoal(task_type, obj, recep, count=2 if task_type == "pick_two_obj_and_place" else 1)
 
 
 @dataclass(frozen=True)
@@ -187,7 +187,7 @@ class _Sim:
         self.put(h, min(spots, key=cost))
 
 
-def _place_plan(w: World, g: Goal, o: str, target: str) -> list[Op]:
+def _place_plan(w: World, g: ALFWorldGoal, o: str, target: str) -> list[Op]:
     s = _Sim(w)
     if s.w.holding not in (None, o):
         s.free_hands(avoid=frozenset({target}))
@@ -200,7 +200,7 @@ def _place_plan(w: World, g: Goal, o: str, target: str) -> list[Op]:
     return s.ops
 
 
-def _two_plan(w: World, g: Goal, target: str, order: tuple[str, ...]) -> list[Op]:
+def _two_plan(w: World, g: ALFWorldGoal, target: str, order: tuple[str, ...]) -> list[Op]:
     s = _Sim(w)
     for o in order:
         if s.w.inside.get(o) == target:
@@ -226,7 +226,7 @@ def _look_plan(w: World, o: str, lamp: str) -> list[Op]:
     return s.ops
 
 
-def satisfied(w: World, g: Goal) -> bool:
+def satisfied(w: World, g: ALFWorldGoal) -> bool:
     """Whether the facts already meet the goal (the engine's own check is authoritative)."""
     objs = [o for o, t in w.otype.items() if t == g.obj_type]
     if g.task_type == "look_at_obj_in_light":
@@ -241,7 +241,7 @@ def satisfied(w: World, g: Goal) -> bool:
     return any(n >= g.count for n in per.values())
 
 
-def dead_end(w: World, g: Goal) -> str | None:
+def dead_end(w: World, g: ALFWorldGoal) -> str | None:
     """Why the engine cannot reach `g` from `w` at all, or None when this check finds no reason (~1 ms).
 
     The one dead end known in ALFWorld's engine: the agent holds an object that is not the goal's and that no
@@ -260,7 +260,7 @@ def dead_end(w: World, g: Goal) -> str | None:
     return None
 
 
-def plan(w: World, g: Goal) -> list[Op]:
+def plan(w: World, g: ALFWorldGoal) -> list[Op]:
     """The shortest plan this planner finds from `w` to `g` (``[]`` when already satisfied).
 
     Raises:

@@ -41,7 +41,7 @@ class CodeProblem:
         id: Stable id (``task_id`` in the env's info).
         prompt: What the model sees (HumanEval: the signature and docstring to complete).
         entry_point: The function under test (bound to ``candidate`` for HumanEval's tests).
-        units: ``(source, is_test)`` pairs run after the solution (see `envs.code.sandbox.Job`).
+        units: ``(source, is_test)`` pairs run after the solution (see `envs.code.sandbox.CheckJob`).
         setup: Test imports and helpers run before the units.
         reference_code: A complete reference solution (None when the dataset has none).
         completion_prefix: Code prepended to a response that only continues the prompt (HumanEval: the prompt).

@@ -40,12 +40,8 @@ DEFAULT_PROMPT = (
 )
 DATA_ENV_VAR = "ENVKIT_CODE_DATA"
 
-_SANDBOXES: SharedPerConfig[SandboxConfig, Sandbox] = SharedPerConfig(Sandbox)
-
-
-def shared_sandbox(config: SandboxConfig) -> Sandbox:
-    """The process-wide sandbox for `config` (started on first use, closed at exit)."""
-    return _SANDBOXES.get(config)
+#: ``shared_sandbox(config)``: the process-wide sandbox for a `SandboxConfig` (started on first use, closed at exit).
+shared_sandbox = SharedPerConfig[SandboxConfig, Sandbox](Sandbox).get
 
 
 class CodeEnv(VerifierEnv[CodeProblem, CodeResult, CodeVerifier]):
@@ -119,7 +115,6 @@ class CodeEnv(VerifierEnv[CodeProblem, CodeResult, CodeVerifier]):
         }
 
     def _feedback(self, result: CodeResult) -> str:
-        left = self.max_attempts - len(self._history)
         if result.verdict is Verdict.CORRECT:
             return f"All {result.total} tests passed."
         if result.verdict is Verdict.TIMEOUT:
@@ -130,6 +125,5 @@ class CodeEnv(VerifierEnv[CodeProblem, CodeResult, CodeVerifier]):
             what = f"Not accepted: {result.detail[:500]}."
         else:
             what = f"{result.passed} of {result.total} tests passed. First failure: {result.detail[:500]}"
-        return what + (
-            f"\nFix the code and answer again ({left} attempt{'s' if left != 1 else ''} left)." if left else ""
-        )
+        left = self._attempts_left()
+        return what + (f"\nFix the code and answer again ({left})." if left else "")

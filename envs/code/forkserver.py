@@ -1,8 +1,8 @@
 """The code sandbox server: a warm fork server that runs untrusted Python as unprivileged, isolated processes.
 
 Run by `envs.code.sandbox.Sandbox` as ``python -I forkserver.py --slots N --io-dir D ...`` (stdlib only; it
-loads its siblings by path: `isolation.py`, the namespaces, mounts and cgroups; `check_process.py`, what runs in
-a forked check; `plain.py`, the plain-data encoding). At start, once:
+loads its siblings by path: `isolation.py`, the namespaces, mounts and cgroups; `check_server.py`, the event
+loop; `check_process.py`, what runs in a forked check; `plain.py`, the plain-data encoding). At start, once:
 
 1. (as root) it opens the client's private I/O directory and the slots' cgroups, then enters a new network
    namespace (only a down loopback), a new mount namespace in which every mount is remounted read-only, the
@@ -33,19 +33,12 @@ import argparse
 import contextlib
 import ctypes
 import errno
-import fcntl
 import gc
 import importlib
 import importlib.util
-import json
-import math
 import os
-import selectors
 import shutil
-import signal
-import struct
 import sys
-import time
 from typing import Any
 
 PR_SET_CHILD_SUBREAPER = 36
@@ -70,299 +63,7 @@ isolate = _isolation.isolate
 remove_ipc_objects = _isolation.remove_ipc_objects
 _check_process = _load("check_process")
 _check_process.plain = _load("plain")
-CLONE_NEWPID = 0x20000000
-FILES = ("in", "judge", "reply", "out", "err", "verdict")
-
-
-# ----------------------------------------------------------------------------------------------------------
-# The server.
-# ----------------------------------------------------------------------------------------------------------
-class Job:
-    """One running check (server side)."""
-
-    def __init__(self, req: dict[str, Any], slot: int, workdir: str, deadline: float, cpu_s: int) -> None:
-        self.req, self.slot, self.workdir, self.deadline, self.cpu_s = req, slot, workdir, deadline, cpu_s
-        self.start = time.monotonic()
-        self.init_pid = 0  # the candidate G: PID 1 of the check's own PID namespace
-        self.judge_pid = 0
-        self.status: int | None = None
-        self.judge_status: int | None = None
-        self.cpu = 0.0
-        self.timed_out = False
-
-    def done(self) -> bool:
-        return self.status is not None and (not self.judge_pid or self.judge_status is not None)
-
-
-def _arrange(fds: list[int]) -> None:
-    """Put `fds` at 0, 1, 2, ... (in order) and close every other descriptor."""
-    tmp = [fcntl.fcntl(fd, fcntl.F_DUPFD, 256) for fd in fds]  # above every target number first
-    for i, fd in enumerate(tmp):
-        os.dup2(fd, i)
-    os.closerange(len(fds), 1 << 20)
-
-
-class Server:
-    """The fork server's event loop (see the module docstring)."""
-
-    def __init__(self, args: argparse.Namespace, isolation: dict[str, Any], io_fd: int, cgroups: list[Any]) -> None:
-        self.args = args
-        self.isolation = isolation
-        self.io_fd = io_fd
-        self.cgroups = cgroups
-        uid_ok = isolation.get("uid_drop", False)
-        n = args.slots
-        self.slots: list[dict[str, int | None]] = [
-            {
-                "uid": args.uid_base + k if uid_ok else None,
-                "judge_uid": args.uid_base + n + k if uid_ok else None,
-            }
-            for k in range(n)
-        ]
-        self.free = list(range(n))
-        self.queue: list[dict[str, Any]] = []
-        self.jobs: dict[int, Job] = {}  # by id
-        self.by_pid: dict[int, tuple[Job, str]] = {}
-        self.sel = selectors.DefaultSelector()
-        self.inbuf = bytearray()
-        self.outbuf = bytearray()
-        self.counter = 0
-        self.eof = False
-        self.null = os.open(os.devnull, os.O_RDWR)
-        self.pidns_fd: int | None = None
-        if isolation.get("pidns"):
-            self.pidns_fd = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
-        self.wake_r, wake_w = os.pipe()
-        os.set_blocking(self.wake_r, False)
-        os.set_blocking(wake_w, False)
-        signal.set_wakeup_fd(wake_w)
-        signal.signal(signal.SIGCHLD, lambda *_: None)
-        os.set_blocking(0, False)
-        os.set_blocking(1, False)
-        self.sel.register(0, selectors.EVENT_READ, "in")
-        self.sel.register(self.wake_r, selectors.EVENT_READ, "wake")
-
-    def send(self, msg: dict[str, Any]) -> None:
-        data = json.dumps(msg).encode()
-        self.outbuf += struct.pack("!I", len(data)) + data
-        self._flush()
-
-    def _flush(self) -> None:
-        while self.outbuf:
-            try:
-                n = os.write(1, self.outbuf)
-            except BlockingIOError:
-                break
-            except BrokenPipeError:
-                self.eof = True
-                self.outbuf.clear()
-                break
-            del self.outbuf[:n]
-        if self.outbuf and not self._registered(1):
-            self.sel.register(1, selectors.EVENT_WRITE, "out")
-        elif not self.outbuf and self._registered(1):
-            self.sel.unregister(1)
-
-    def _registered(self, fd: int) -> bool:
-        try:
-            self.sel.get_key(fd)
-            return True
-        except KeyError:
-            return False
-
-    def _read_requests(self) -> None:
-        while True:
-            try:
-                chunk = os.read(0, 1 << 16)
-            except BlockingIOError:
-                break
-            if not chunk:
-                self.eof = True
-                self.sel.unregister(0)
-                break
-            self.inbuf += chunk
-        while len(self.inbuf) >= 4:
-            (n,) = struct.unpack("!I", self.inbuf[:4])
-            if len(self.inbuf) < 4 + n:
-                break
-            self.queue.append(json.loads(self.inbuf[4 : 4 + n]))
-            del self.inbuf[: 4 + n]
-
-    def _open(self, rid: int, name: str, write: bool) -> int:
-        flags = (os.O_WRONLY | os.O_TRUNC) if write else os.O_RDONLY
-        return os.open(f"{rid}.{name}", flags | os.O_CLOEXEC | os.O_NOFOLLOW, dir_fd=self.io_fd)
-
-    def _start(self, req: dict[str, Any]) -> None:
-        k = self.free[-1]
-        slot = self.slots[k]
-        rid = int(req["id"])
-        judge = req.get("mode") == "judge"
-        self.counter += 1
-        workdir = os.path.join(self.args.work_root, f"c{self.counter}")
-        os.mkdir(workdir, 0o700)
-        if slot["uid"] is not None:
-            os.chown(workdir, slot["uid"], slot["uid"])
-        timeout = float(req.get("timeout_s") or self.args.timeout_s)
-        wall = float(req.get("wall_timeout_s") or self.args.wall_timeout_s or (3 * timeout + 2))
-        cpu_s = max(1, math.ceil(timeout))
-        limits = {
-            "cpu_s": cpu_s,
-            "memory_mb": int(req.get("memory_mb") or self.args.memory_mb),
-            "max_processes": self.args.max_processes,
-            "max_file_mb": self.args.max_file_mb,
-            "max_open_files": self.args.max_open_files,
-        }
-        opened: list[int] = []
-        try:
-            spec = self._open(rid, "in", False)
-            opened.append(spec)
-            out, err = self._open(rid, "out", True), self._open(rid, "err", True)
-            opened += [out, err]
-            if judge:
-                jspec, verdict = self._open(rid, "judge", False), self._open(rid, "verdict", True)
-                opened += [jspec, verdict]
-                call_r, call_w = os.pipe2(os.O_CLOEXEC)
-                reply_r, reply_w = os.pipe2(os.O_CLOEXEC)
-                opened += [call_r, call_w, reply_r, reply_w]
-                cand_fds = [self.null, out, err, reply_w, spec, call_r]
-            else:
-                reply = self._open(rid, "reply", True)
-                opened.append(reply)
-                cand_fds = [self.null, out, err, reply, spec]
-            job = Job(req, k, workdir, time.monotonic() + wall, cpu_s)
-            cg = self.cgroups[k] if self.cgroups else []
-            job.init_pid = self._fork_candidate(cg, cand_fds, slot, workdir, limits)
-            self.by_pid[job.init_pid] = (job, "init")
-            if judge:
-                job.judge_pid = os.fork()
-                if job.judge_pid == 0:
-                    try:
-                        _arrange([self.null, self.null, self.null, verdict, jspec, call_w, reply_r])
-                        _check_process.run_judge(slot["judge_uid"], slot["judge_uid"], workdir, limits)
-                    finally:
-                        os._exit(71)
-                self.by_pid[job.judge_pid] = (job, "judge")
-        finally:
-            for fd in opened:
-                os.close(fd)
-        self.free.pop()  # only now: a failure above leaves the slot free (the request gets an error answer)
-        self.jobs[rid] = job
-
-    def _fork_candidate(
-        self, cgroups: list[int], fds: list[int], slot: dict[str, Any], workdir: str, limits: Any
-    ) -> int:
-        """Fork the candidate G as PID 1 of a new PID namespace (unshare, fork, then setns back to ours)."""
-        if self.pidns_fd is not None and _libc.unshare(CLONE_NEWPID) != 0:
-            raise OSError(ctypes.get_errno(), "unshare(CLONE_NEWPID)")
-        pid = -1
-        try:
-            pid = os.fork()
-        finally:
-            if self.pidns_fd is not None and pid != 0 and _libc.setns(self.pidns_fd, CLONE_NEWPID) != 0:
-                raise OSError(ctypes.get_errno(), "setns back to the server's PID namespace")
-        if pid == 0:
-            try:
-                for fd in cgroups:  # join the slot's memory and pids cgroups (still root here)
-                    os.write(fd, b"0")
-                _arrange(fds)
-                _check_process.run_candidate(slot["uid"], slot["uid"], workdir, limits)
-            finally:
-                os._exit(71)
-        return pid
-
-    def _reap(self) -> None:
-        while True:
-            try:
-                pid, status, ru = os.wait4(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            entry = self.by_pid.pop(pid, None)
-            if entry is None:
-                continue  # an orphan re-parented to us (we are a child subreaper)
-            job, role = entry
-            if role == "init":
-                job.status = status
-                job.cpu = ru.ru_utime + ru.ru_stime
-                if job.judge_pid and job.judge_status is None:
-                    # the candidate is gone: the judge sees EOF on its replies and finishes on its own
-                    pass
-            else:
-                job.judge_status = status
-
-    def _finish(self, job: Job) -> None:
-        if self.isolation.get("ipcns"):
-            remove_ipc_objects()
-        shutil.rmtree(job.workdir, ignore_errors=True)
-        del self.jobs[int(job.req["id"])]
-        self.free.append(job.slot)
-        self.send(self._response(job))
-
-    def _response(self, job: Job) -> dict[str, Any]:
-        status = job.status or 0
-        sig = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
-        code = os.WEXITSTATUS(status) if os.WIFEXITED(status) else None
-        cpu_out = job.cpu >= job.cpu_s - 0.05 and sig in (signal.SIGKILL, signal.SIGXCPU)
-        if job.timed_out or cpu_out or sig == signal.SIGXCPU:
-            state = "timeout"
-        elif code == 0:
-            state = "ok"
-        elif code in (72, 74):
-            state = "error"
-        else:
-            state = "crashed"
-        out: dict[str, Any] = {
-            "id": job.req.get("id"),
-            "status": state,
-            "exit_code": code,
-            "signal": sig,
-            "cpu_s": round(job.cpu, 4),
-            "seconds": time.monotonic() - job.start,
-        }
-        if job.judge_pid:
-            js = job.judge_status or 0
-            out["judge_exit_code"] = os.WEXITSTATUS(js) if os.WIFEXITED(js) else None
-            out["judge_signal"] = os.WTERMSIG(js) if os.WIFSIGNALED(js) else None
-        return out
-
-    def _kill(self, job: Job) -> None:
-        job.timed_out = True
-        for pid, done in ((job.init_pid, job.status), (job.judge_pid, job.judge_status)):
-            if pid and done is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-
-    def loop(self) -> None:
-        self.send({"hello": "envkit-code-sandbox", "pid": os.getpid(), "isolation": self.isolation})
-        while not (self.eof and not self.jobs and not self.queue):
-            while self.queue and self.free:
-                req = self.queue.pop(0)
-                try:
-                    self._start(req)
-                except Exception as exc:  # e.g. the tmpfs is full: answer this request, keep serving
-                    self.send({"id": req.get("id"), "status": "error", "why": f"{type(exc).__name__}: {exc}"})
-            now = time.monotonic()
-            deadline = min((j.deadline for j in self.jobs.values() if not j.timed_out), default=now + 3600)
-            for key, _events in self.sel.select(timeout=max(0.0, deadline - now)):
-                if key.data == "in":
-                    self._read_requests()
-                elif key.data == "out":
-                    self._flush()
-                elif key.data == "wake":
-                    with contextlib.suppress(BlockingIOError):
-                        os.read(self.wake_r, 4096)
-            self._reap()
-            now = time.monotonic()
-            for job in list(self.jobs.values()):
-                if not job.timed_out and now >= job.deadline and not job.done():
-                    self._kill(job)
-                    self._reap()
-                if job.done():
-                    self._finish(job)
-            if self.eof and not self.outbuf and not self.jobs:
-                break
-        self._flush()
+_check_server = _load("check_server")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -427,7 +128,9 @@ def main(argv: list[str] | None = None) -> None:
         isolation["pidns"] = False
     gc.freeze()  # keep the preloaded objects out of the children's garbage collections (fewer copied pages)
     try:
-        Server(args, isolation, io_fd, cgroups).loop()
+        _check_server.ForkServer(
+            args, isolation, io_fd, cgroups, check_process=_check_process, remove_ipc_objects=remove_ipc_objects
+        ).loop()
     finally:
         _isolation.remove_cgroups(made)
     if not isolation["netns"]:

@@ -1,4 +1,4 @@
-"""What one code check is (`Job`), what came back (`RunResult`), and how the client reads the check's files.
+"""What one code check is (`CheckJob`), what came back (`RunResult`), and how the client reads the check's files.
 
 Used by `envs.code.sandbox` (the client of the fork server). `read_result` decodes what the candidate wrote
 strictly (`envs.code.plain`) and believes nothing of it beyond its shape: exception names are kept only when they
@@ -19,7 +19,7 @@ Call = tuple[tuple[Any, ...], tuple[tuple[str, Any], ...]]
 
 
 @dataclass(frozen=True)
-class Job:
+class CheckJob:
     """One check: kind **calls**, **judge** or **units** (see `envs.code.sandbox`).
 
     Attributes:
@@ -63,7 +63,7 @@ class Job:
 
 @dataclass(frozen=True)
 class RunResult:
-    """What happened to one `Job`.
+    """What happened to one `CheckJob`.
 
     Attributes:
         status: ``"ok"`` (ran to the end), ``"timeout"`` (CPU limit or wall-clock backstop), ``"crashed"``
@@ -99,7 +99,7 @@ class RunResult:
     output_dropped: int = 0
 
 
-def request(rid: int, job: Job) -> dict[str, Any]:
+def request(rid: int, job: CheckJob) -> dict[str, Any]:
     """The server request for `job` (no content: that is in the check's files)."""
     return {
         "id": rid,
@@ -124,7 +124,7 @@ def _load_error(payload: Any) -> str:
 
 
 def read_result(
-    job: Job, msg: dict[str, Any], read: Callable[[int, str, int], tuple[bytes, int]], rid: int, output_limit: int
+    job: CheckJob, msg: dict[str, Any], read: Callable[[int, str, int], tuple[bytes, int]], rid: int, output_limit: int
 ) -> RunResult:
     """The `RunResult` of `job` from the server's answer `msg` and the check's files (``read(rid, name, cap)``)."""
     status = str(msg.get("status", "error"))

@@ -2,11 +2,11 @@
 
 Example:
     >>> with Sandbox(SandboxConfig(slots=2)) as sb:
-    ...     r = sb.run(Job("def f(x):\\n    return 2 * x", entry_point="f", calls=(((2,), ()), (("a",), ()))))
+    ...     r = sb.run(CheckJob("def f(x):\\n    return 2 * x", entry_point="f", calls=(((2,), ()), (("a",), ()))))
     >>> r.status, r.outputs
     ('ok', (('V', 4), ('V', 'aa')))
 
-Three kinds of job (see `Job`): **calls** -- the entry point is called on each argument tuple and the outputs come
+Three kinds of job (see `CheckJob`): **calls** -- the entry point is called on each argument tuple and the outputs come
 back as plain data (`envs.code.plain`) for the trusted side to judge; **judge** -- the problem's check code runs
 in a separate judge process (another uid, never the candidate's memory) and calls the candidate through the
 boundary, its per-test verdicts come back; **units** -- test code runs inside the candidate's own process and the
@@ -39,7 +39,7 @@ from typing import IO, Any
 
 from envkit.errors import EnvkitError, WorkerCrashedError
 from envs.code import plain
-from envs.code.jobs import Call, Job, RunResult, read_result, request
+from envs.code.jobs import Call, CheckJob, RunResult, read_result, request
 
 SERVER = Path(__file__).with_name("forkserver.py")
 
@@ -51,7 +51,7 @@ DEFAULT_PRELOAD = (
 #: Sandboxes started without an explicit ``uid_base`` lease a block of this many uids (candidate + judge uids).
 UID_BLOCK = 64
 UID_LEASE_START = 100_000
-__all__ = ["Call", "Job", "RunResult", "Sandbox", "SandboxConfig", "SandboxUnavailableError"]
+__all__ = ["Call", "CheckJob", "RunResult", "Sandbox", "SandboxConfig", "SandboxUnavailableError"]
 
 
 def _lock_dir() -> str:
@@ -94,7 +94,7 @@ class SandboxUnavailableError(EnvkitError, RuntimeError):
 
 @dataclass(frozen=True)
 class SandboxConfig:
-    """Settings of the code sandbox (per-check limits can be overridden per `Job`).
+    """Settings of the code sandbox (per-check limits can be overridden per `CheckJob`).
 
     Attributes:
         slots: Checks run at the same time (each with its own unprivileged candidate uid and judge uid).
@@ -283,11 +283,11 @@ class Sandbox:
         return msg
 
     # ----- running -----------------------------------------------------------------------------------
-    def run(self, job: Job) -> RunResult:
+    def run(self, job: CheckJob) -> RunResult:
         """Run one job (see `run_many`)."""
         return self.run_many([job])[0]
 
-    def run_many(self, jobs: Sequence[Job]) -> list[RunResult]:
+    def run_many(self, jobs: Sequence[CheckJob]) -> list[RunResult]:
         """Run jobs ``config.slots`` at a time; results in input order. Restarts a crashed server once."""
         with self._lock:
             try:
@@ -297,7 +297,7 @@ class Sandbox:
                 self.restarts += 1
                 return self._run_many(jobs)
 
-    def _run_many(self, jobs: Sequence[Job]) -> list[RunResult]:
+    def _run_many(self, jobs: Sequence[CheckJob]) -> list[RunResult]:
         if self._proc is not None and self._pid != os.getpid():
             # This process was forked from the one that started the server: the pipes belong to the parent.
             self._proc, self._log, self._io_dir, self._uid_lock = None, None, None, None
@@ -333,7 +333,7 @@ class Sandbox:
         assert self._io_dir is not None
         return os.path.join(self._io_dir, f"{rid}.{name}")
 
-    def _write_job(self, rid: int, job: Job) -> None:
+    def _write_job(self, rid: int, job: CheckJob) -> None:
         mode = job.mode
         spec: dict[str, Any] = {"mode": mode, "program": job.program, "entry": job.entry_point or ""}
         if mode == "calls":
@@ -372,7 +372,7 @@ class Sandbox:
             with contextlib.suppress(OSError):
                 os.unlink(self._path(rid, name))
 
-    def _collect(self, rid: int, job: Job, msg: dict[str, Any]) -> RunResult:
+    def _collect(self, rid: int, job: CheckJob, msg: dict[str, Any]) -> RunResult:
         try:
             return read_result(job, msg, self._read, rid, self.config.output_limit)
         finally:

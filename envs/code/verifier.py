@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envs.code.data import CodeProblem
-from envs.code.sandbox import Job, RunResult, Sandbox, SandboxConfig
+from envs.code.sandbox import CheckJob, RunResult, Sandbox, SandboxConfig
 from envs.verdict import Verdict
 from envs.verifier_stats import BatchStats
 
@@ -124,7 +124,7 @@ class CodeVerifier:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def job(self, code: str, problem: CodeProblem, timeout_s: float | None = None) -> Job:
+    def job(self, code: str, problem: CodeProblem, timeout_s: float | None = None) -> CheckJob:
         """The sandbox job that checks `code` against `problem` (a calls job on the literal path, else a judge
         job)."""
         entry = problem.entry_point
@@ -133,10 +133,10 @@ class CodeVerifier:
             # MBPP's test_setup_code (imports) ran in the program's namespace in the original harness
             code = problem.setup + "\n" + code
         if tests is not None:
-            return Job(
+            return CheckJob(
                 program=code, entry_point=entry, calls=tuple(c for t in tests for c in t.calls), timeout_s=timeout_s
             )
-        return Job(
+        return CheckJob(
             program=code,
             entry_point=entry,
             judge=True,

@@ -35,12 +35,9 @@ from envs.verifier_env import SharedPerConfig, VerifierEnv, cached_problems
 DEFAULT_PROMPT = "{question}\n\nReason step by step, then put your final answer within \\boxed{{}}."
 DATA_ENV_VAR = "ENVKIT_MATH_DATA"
 
-_SHARED: SharedPerConfig[MathVerifierConfig, MathVerifier] = SharedPerConfig(MathVerifier)
-
-
-def shared_verifier(config: MathVerifierConfig) -> MathVerifier:
-    """The process-wide verifier for `config` (made on first use, closed at exit)."""
-    return _SHARED.get(config)
+#: ``shared_verifier(config)``: the process-wide verifier for a `MathVerifierConfig` (made on first use, closed at
+#: exit).
+shared_verifier = SharedPerConfig[MathVerifierConfig, MathVerifier](MathVerifier).get
 
 
 class MathEnv(VerifierEnv[MathProblem, MathResult, MathVerifier]):
@@ -115,7 +112,6 @@ class MathEnv(VerifierEnv[MathProblem, MathResult, MathVerifier]):
         return info
 
     def _feedback(self, result: MathResult) -> str:
-        left = self.max_attempts - len(self._history)
         if result.verdict is Verdict.CORRECT:
             return f"Correct: {result.extracted} is the right answer."
         if result.verdict is Verdict.NO_ANSWER:
@@ -124,4 +120,5 @@ class MathEnv(VerifierEnv[MathProblem, MathResult, MathVerifier]):
             what = f"Your answer {result.extracted} could not be checked in time."
         else:
             what = f"Your answer {result.extracted} is not correct."
-        return what + (f" Try again ({left} attempt{'s' if left != 1 else ''} left)." if left > 0 else "")
+        left = self._attempts_left()
+        return what + (f" Try again ({left})." if left else "")

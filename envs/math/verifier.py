@@ -17,26 +17,20 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import struct
-import subprocess
-import sys
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, wait
-from pathlib import Path
+from multiprocessing.connection import wait
 from typing import Any
 
 from envs.math.check import CheckTask
 from envs.math.data import MathProblem
 from envs.math.extract import DEFAULT_METHODS, check_methods, extract_answer
+from envs.math.zygote import Worker, Zygote
 from envs.verdict import Verdict
 from envs.verifier_stats import BatchStats
-
-_REPO_ROOT = str(Path(__file__).resolve().parents[2])
 
 
 @dataclass(frozen=True)
@@ -100,15 +94,6 @@ class MathResult:
 
 
 @dataclass
-class _Worker:
-    pid: int
-    conn: Connection
-    task: int | None = None
-    deadline: float = 0.0
-    started: float = 0.0
-
-
-@dataclass
 class VerifierStats(BatchStats):
     """Counters since the verifier started (read ``verifier.stats``); throughput counts cache hits too."""
 
@@ -127,95 +112,28 @@ class MathVerifier:
     def __init__(self, config: MathVerifierConfig | None = None) -> None:
         self.config = config or MathVerifierConfig()
         self.stats = VerifierStats()
-        self._workers: list[_Worker] = []
+        self._workers: list[Worker] = []
         self._cache: OrderedDict[tuple[str, str, str], tuple[Verdict, str]] = OrderedDict()
         self._lock = threading.Lock()
         self._closed = False
-        self._zygote: subprocess.Popen[bytes] | None = None
-        self._control: socket.socket | None = None
+        self._zygote = Zygote(self.config.memory_mb, self.config.start_timeout_s)
         self._pid = os.getpid()
 
     # ----- worker management -------------------------------------------------------------------------
-    def _start_zygote(self) -> None:
-        parent, child = socket.socketpair()
-        env = dict(os.environ)
-        env["PYTHONPATH"] = _REPO_ROOT + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        env.setdefault("OMP_NUM_THREADS", "1")
-        self._zygote = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "envs.math.worker",
-                "--fd",
-                str(child.fileno()),
-                "--memory-mb",
-                str(self.config.memory_mb),
-            ],
-            pass_fds=(child.fileno(),),
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
-        child.close()
-        parent.settimeout(self.config.start_timeout_s)
-        self._control = parent
-        try:
-            ok = parent.recv(1) == b"R"
-        except OSError:
-            ok = False
-        if not ok:
-            self._stop_zygote()
-            raise RuntimeError(
-                "the math-verify worker process did not start; run `python -c 'import math_verify'` and "
-                "`python -m envs.math.worker --help` to see why (pip install 'envkit[math]')"
-            )
-
-    def _stop_zygote(self) -> None:
-        if self._control is not None:
-            self._control.close()
-            self._control = None
-        if self._zygote is not None:
-            try:
-                self._zygote.wait(timeout=2)
-            except subprocess.TimeoutExpired:
-                self._zygote.kill()
-                self._zygote.wait()
-            self._zygote = None
-
-    def _fork_worker(self) -> _Worker:
-        if self._control is None or self._zygote is None or self._zygote.poll() is not None:
-            self._stop_zygote()
-            self._start_zygote()
-        assert self._control is not None
-        parent, child = socket.socketpair()
-        try:
-            socket.send_fds(self._control, [b"S"], [child.fileno()])
-            raw = b""
-            while len(raw) < 8:
-                chunk = self._control.recv(8 - len(raw))
-                if not chunk:
-                    raise OSError("the zygote closed its socket")
-                raw += chunk
-        finally:
-            child.close()
-        conn = Connection(parent.detach())
-        if not conn.poll(self.config.start_timeout_s):
-            raise RuntimeError("a forked math-verify worker did not answer")
-        conn.recv()
-        return _Worker(struct.unpack("!q", raw)[0], conn, started=time.monotonic())
-
     def _ensure_workers(self) -> None:
         if self._closed:
             raise RuntimeError("this MathVerifier is closed; make a new one")
         if self._pid != os.getpid():  # forked from the process that owns the workers: start our own
-            self._workers, self._zygote, self._control, self._pid = [], None, None, os.getpid()
+            self._workers, self._pid = [], os.getpid()
+            self._zygote = Zygote(self.config.memory_mb, self.config.start_timeout_s)
         while len(self._workers) < self.config.workers:
             try:
-                self._workers.append(self._fork_worker())
+                self._workers.append(self._zygote.fork_worker())
             except OSError:  # the zygote died: start a new one and retry once
-                self._stop_zygote()
-                self._workers.append(self._fork_worker())
+                self._zygote.stop()
+                self._workers.append(self._zygote.fork_worker())
 
-    def _kill(self, w: _Worker) -> None:
+    def _kill(self, w: Worker) -> None:
         try:
             os.kill(w.pid, signal.SIGKILL)
         except OSError:
@@ -225,7 +143,8 @@ class MathVerifier:
     def close(self) -> None:
         """Stop the workers (idempotent; in a forked child it only forgets the parent's workers)."""
         if self._pid != os.getpid():
-            self._workers, self._zygote, self._control, self._closed = [], None, None, True
+            self._workers, self._closed = [], True
+            self._zygote = Zygote(self.config.memory_mb, self.config.start_timeout_s)  # forget the parent's
             return
         with self._lock:
             for w in self._workers:
@@ -236,7 +155,7 @@ class MathVerifier:
             for w in self._workers:
                 w.conn.close()
             self._workers = []
-            self._stop_zygote()
+            self._zygote.stop()
             self._closed = True
 
     def __enter__(self) -> MathVerifier:
@@ -396,6 +315,6 @@ class MathVerifier:
                     running -= 1
             self._ensure_workers()
 
-    def _replace(self, w: _Worker) -> None:
+    def _replace(self, w: Worker) -> None:
         self._kill(w)
         self._workers.remove(w)

@@ -25,19 +25,20 @@ import tarfile
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from envkit.errors import require
-from envs.swe.sandbox import (
+from envs.swe.backend import (
     WORKDIR,
+    Backend,
+    Command,
     CommandResult,
     Limits,
     SandboxError,
-    _python_roots,
     cap_output,
     parse_state,
+    python_roots,
     sandbox_env,
 )
 
@@ -49,7 +50,7 @@ def rootfs_tarball() -> bytes:
     """A rootfs with only the mount points (and the directories above the host Python) the backend binds."""
     buf = io.BytesIO()
     dirs = set(_MOUNT_POINTS)
-    for root in _python_roots():
+    for root in python_roots():
         parts = root.strip("/").split("/")
         dirs |= {"/".join(parts[: i + 1]) for i in range(len(parts))}
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -163,7 +164,7 @@ class LogReader(threading.Thread):
                 pass
 
 
-class DockerBackend:
+class DockerBackend(Backend):
     """Docker Engine API backend (see the module docstring).
 
     Args:
@@ -191,7 +192,7 @@ class DockerBackend:
                 "envs.swe.container.start_podman_service) and set DOCKER_HOST or pass base_url"
             ) from exc
         self.image_id = self._ensure_image()
-        self._prefix = _python_roots()
+        self._prefix = python_roots()
 
     def _ensure_image(self) -> str:
         for img in self.client.images.list():
@@ -206,24 +207,13 @@ class DockerBackend:
     def base_env(self) -> dict[str, str]:
         return sandbox_env(self._prefix)
 
-    def run(
-        self,
-        tree: str,
-        command: str,
-        *,
-        cwd: str,
-        env: Mapping[str, str],
-        timeout: float,
-        output_chars: int | None = None,
-        binds: Sequence[tuple[str, str, bool]] = (),
-    ) -> CommandResult:
-        """Run `command` with bash in a fresh container on work tree `tree` (see `LocalBackend.run`).
+    def _run(self, c: Command) -> tuple[CommandResult, str]:
+        """Run `command` with bash in a fresh container on work tree `tree` (see `Backend.run`).
 
         Output is streamed while the command runs: head and tail are kept (the middle dropped), and the container
         is killed once it has written ``limits.output_hard_bytes``."""
+        tree, command, cwd, env, timeout, chars, binds = c.tree, c.command, c.cwd, c.env, c.timeout, c.chars, c.binds
         docker = require("docker", extra="swe", what="the SWE env's docker backend")
-        chars = output_chars or self.limits.output_chars
-        timeout = max(0.1, min(float(timeout), self.limits.max_timeout_s))
         marker = f"__ENVKIT_STATE_{secrets.token_hex(8)}__"
         script = (
             f'cd -- "$ENVKIT_CWD" 2>/dev/null || cd {WORKDIR}\n'
@@ -291,11 +281,8 @@ class DockerBackend:
             out = cap_output(head, b"", len(head), chars)
         else:  # the middle was dropped while streaming: head as read, tail up to the state marker
             out = cap_output(head_b[: 4 * chars], head[-4 * chars :], total, chars)
-        if timed_out:
-            out += f"\n[command timed out after {timeout:g} s and was killed]"
-        elif reader.overflow:
-            out += f"\n[command killed: output exceeded {self.limits.output_hard_bytes} bytes]"
-        return CommandResult(out, code, timed_out, new_cwd, new_env)
+        killed = "overflow" if reader.overflow else "timeout" if timed_out else ""
+        return CommandResult(out, code, False, new_cwd, new_env), killed
 
     def close(self) -> None:
         self.client.close()

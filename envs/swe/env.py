@@ -15,7 +15,7 @@ Malformed actions return feedback with ``info["invalid"] = True`` and use up a s
 ``submit`` (terminated) or after ``max_steps`` actions (truncated); either way the task's tests run and the
 reward is 1.0 when all FAIL_TO_PASS and PASS_TO_PASS tests pass, else 0.0.
 
-Constructor options: ``tasks`` (a JSONL path or a list of `Task`; default the shipped set), ``backend``
+Constructor options: ``tasks`` (a JSONL path or a list of `SweTask`; default the shipped set), ``backend``
 (``"local"`` | ``"docker"`` | a `Backend`), ``max_steps`` (50), ``limits`` (`Limits`), ``test_timeout`` (300 s),
 ``max_layers`` (48; deeper snapshot stacks are merged). Reset options: ``task_id`` or ``index``; otherwise the
 task is drawn from the seed.
@@ -36,10 +36,13 @@ from typing import Any, SupportsFloat
 from envkit.capability import SnapshotCapability
 from envkit.errors import SnapshotError
 from envkit.snapshot import Snapshot, SnapshotEnvBase
+from envs.swe.backend import WORKDIR, Backend, Limits
 from envs.swe.grading import Grade, grade
-from envs.swe.layers import LayerStore, OverlayError, OverlayTree
-from envs.swe.sandbox import WORKDIR, Backend, Limits, LocalBackend
-from envs.swe.tasks import Task, load_tasks
+from envs.swe.layer_files import OverlayError
+from envs.swe.layers import LayerStore
+from envs.swe.overlay import OverlayTree
+from envs.swe.sandbox import LocalBackend
+from envs.swe.tasks import SweTask, load_tasks
 from envs.swe.tools import TOOLS, ToolError, create, parse_action, str_replace, view
 from envs.swe.workspace import TaskLayers, task_layers
 
@@ -98,7 +101,7 @@ class SWEEnv(SnapshotEnvBase):
 
     def __init__(
         self,
-        tasks: str | Path | Sequence[Task] | None = None,
+        tasks: str | Path | Sequence[SweTask] | None = None,
         backend: str | Backend = "local",
         max_steps: int = 50,
         limits: Limits | None = None,
@@ -110,11 +113,11 @@ class SWEEnv(SnapshotEnvBase):
         super().__init__(evaluation=evaluation)
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
-        self.tasks: list[Task] = (
+        self.tasks: list[SweTask] = (
             list(tasks) if isinstance(tasks, Sequence) and not isinstance(tasks, str) else load_tasks(tasks)
         )
         if not self.tasks:
-            raise ValueError("the task list is empty; pass tasks= a JSONL file or a list of Task")
+            raise ValueError("the task list is empty; pass tasks= a JSONL file or a list of SweTask")
         self._by_id = {t.instance_id: t for t in self.tasks}
         self.max_steps = max_steps
         self.test_timeout = test_timeout
@@ -122,7 +125,7 @@ class SWEEnv(SnapshotEnvBase):
         self.store = store or LayerStore.default()
         self.max_layers = max_layers
         self.tree: OverlayTree | None = None
-        self.task: Task = self.tasks[0]
+        self.task: SweTask = self.tasks[0]
         self.layers: TaskLayers | None = None
         self.cwd = WORKDIR
         self.shell_env: tuple[tuple[str, str], ...] = ()
@@ -139,7 +142,7 @@ class SWEEnv(SnapshotEnvBase):
             raise SnapshotError("the env has no work tree yet; call reset() first")
         return self.tree.merged
 
-    def _use_task(self, task: Task) -> TaskLayers:
+    def _use_task(self, task: SweTask) -> TaskLayers:
         self.task = task
         self.layers = task_layers(self.store, task)
         if self.tree is None or self.tree.pinned != len(self.layers.start):

@@ -31,10 +31,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from envs.swe.backend import WORKDIR, Backend
 from envs.swe.grading import parse_pytest
-from envs.swe.layers import chown_tree
-from envs.swe.sandbox import WORKDIR, Backend, LocalBackend
-from envs.swe.tasks import PYTEST, Task
+from envs.swe.layer_files import chown_tree
+from envs.swe.sandbox import LocalBackend
+from envs.swe.tasks import PYTEST, SweTask
 from envs.swe.workspace import _extract_archive
 
 _FLIP = {
@@ -295,7 +296,7 @@ class Generator:
         r = self.backend.run(self.work, cmd, cwd=WORKDIR, env=env, timeout=self.max_seconds, output_chars=4 << 20)
         return None if r.timed_out else {**parse_pytest(r.output), "__output__": r.output}
 
-    def try_mutation(self, m: Mutation, k: int = 0) -> Task | None:
+    def try_mutation(self, m: Mutation, k: int = 0) -> SweTask | None:
         """Run the mutation's tests clean and mutated; return a task when some tests break, else None."""
         classes = self.classes_for(m)
         if not classes or len(classes) > 6:
@@ -328,7 +329,7 @@ class Generator:
             + (f":\n\n```\n{excerpt}\n```\n" if excerpt else ".\n")
             + f"\nFix `{func}` so that it behaves as its documentation and tests describe."
         )
-        return Task(
+        return SweTask(
             instance_id=f"{self.repo}__{func}__{m.kind}__{m.line}" + (f"_{k}" if k else ""),
             repo=self.repo,
             problem_statement=statement,
@@ -341,11 +342,11 @@ class Generator:
             metadata={"kind": m.kind, "function": func, "path": m.path, "line": m.line},
         )
 
-    def generate(self, n: int, *, seed: int = 0, max_tries: int | None = None, progress: bool = False) -> list[Task]:
+    def generate(self, n: int, *, seed: int = 0, max_tries: int | None = None, progress: bool = False) -> list[SweTask]:
         """Up to `n` tasks from shuffled mutations, at most one per (function, kind)."""
         muts = self.mutations()
         random.Random(seed).shuffle(muts)
-        tasks: list[Task] = []
+        tasks: list[SweTask] = []
         used: set[tuple[str, str]] = set()
         tries = 0
         bar = None

@@ -31,9 +31,11 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from envs.swe.layers import LayerStore, OverlayTree, is_opaque, is_whiteout
-from envs.swe.sandbox import WORKDIR, Backend, SandboxError
-from envs.swe.tasks import Task
+from envs.swe.backend import WORKDIR, Backend, SandboxError
+from envs.swe.layer_files import is_opaque, is_whiteout
+from envs.swe.layers import LayerStore
+from envs.swe.overlay import OverlayTree
+from envs.swe.tasks import SweTask
 from envs.swe.workspace import TaskLayers, lookup
 
 _OK = {"passed", "xfail"}
@@ -206,7 +208,7 @@ def _whiteout(path: str) -> None:
 
 
 def source_layer(
-    store: LayerStore, task: Task, layers: TaskLayers, stack: tuple[str, ...], uid: int = 65534
+    store: LayerStore, task: SweTask, layers: TaskLayers, stack: tuple[str, ...], uid: int = 65534
 ) -> tuple[str, tuple[str, ...]]:
     """A new layer with the agent's gradable changes (`stack` minus `layers.start`); returns (layer, dropped)."""
     start = layers.start
@@ -300,7 +302,7 @@ def read_report(path: str) -> dict[str, str] | None:
 def grade(
     backend: Backend,
     store: LayerStore,
-    task: Task,
+    task: SweTask,
     layers: TaskLayers,
     stack: tuple[str, ...],
     *,

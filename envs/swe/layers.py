@@ -1,20 +1,16 @@
-"""Immutable overlay layers and work trees mounted from stacks of them (the SWE env's native snapshots).
+"""The store of immutable overlay layers the SWE env's work trees are mounted from (its native snapshots).
 
 A *layer* is a directory in overlayfs upper-dir format (whiteouts are 0/0 character devices, opaque
-directories carry ``trusted.overlay.opaque=y``). Layers never change after they enter the `LayerStore`, so a
-stack of layer ids (bottom first) names a file-system state for good.
+directories carry ``trusted.overlay.opaque=y``; `envs.swe.layer_files`). Layers never change after they enter the
+`LayerStore`, so a stack of layer ids (bottom first) names a file-system state for good; an
+`envs.swe.overlay.OverlayTree` mounts such a stack as a work tree, and its ``freeze()`` is the snapshot.
 
-An `OverlayTree` mounts such a stack read-only with a fresh, empty upper dir on top. Edits land in the upper
-dir. `OverlayTree.freeze()` unmounts, moves the upper dir into the store as a new layer and remounts with it on
-the stack: the returned stack *is* the snapshot. `OverlayTree.mount(stack)` is the restore. Both are two mount
-syscalls plus a rename (volatile overlay mounts: no sync on unmount), about a millisecond on any repository size.
-
-Stacks deeper than ``max_layers`` (or whose mount option string would not fit a page) are collapsed: every
-layer above the pinned base layers is merged into one new layer (whiteouts and opaque directories are applied
-in order; files are hard links, since layers are immutable). Layers carry reference counts; a layer whose count
-drops to zero is deleted. Needs root (mount(2)); the error says so otherwise.
+Layers carry reference counts; a layer whose count drops to zero is deleted. `LayerStore.merge` collapses a
+stack into one new layer (whiteouts and opaque directories are applied in order; files are hard links, since
+layers are immutable). Needs root (mount(2)); the error says so otherwise.
 
 Example:
+    >>> from envs.swe.overlay import OverlayTree      # doctest: +SKIP
     >>> store = LayerStore.default()                  # doctest: +SKIP
     >>> base = store.import_tree("/path/to/repo")     # doctest: +SKIP
     >>> tree = OverlayTree(store, pinned=1)           # doctest: +SKIP
@@ -24,153 +20,24 @@ Example:
 from __future__ import annotations
 
 import atexit
-import ctypes
-import errno
 import itertools
 import multiprocessing.util
 import os
 import shutil
-import stat
 import tempfile
 import threading
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from envkit.errors import EnvkitError
+from envs.swe.layer_files import (
+    MNT_DETACH,
+    chown_tree,
+    libc,
+    merge_into,
+)
 
-OPAQUE_XATTR = "trusted.overlay.opaque"
-_MAX_OPTIONS = 4000  # the kernel copies mount options into one page
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p]
-_libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
-_MNT_DETACH = 2
-_MS_NOSUID, _MS_NODEV = 2, 4
-_TMPFS_INODES = 1_000_000  # files a work tree's edits may hold
-
-
-class OverlayError(EnvkitError, OSError):
-    """An overlay mount or layer operation failed."""
-
-
-def _mount_overlay(lower: list[str], upper: str, work: str, target: str) -> None:
-    opts = f"lowerdir={':'.join(lower)},upperdir={upper},workdir={work},redirect_dir=off,index=off,metacopy=off"
-    opts += ",xino=off,volatile"
-    if _libc.mount(b"overlay", target.encode(), b"overlay", 0, opts.encode()) != 0:
-        err = ctypes.get_errno()
-        hint = (
-            " The SWE env's local backend mounts overlayfs and needs root (CAP_SYS_ADMIN): run as root, or use "
-            "backend='docker'."
-            if err == errno.EPERM
-            else " If the store sits on a file system overlayfs cannot use as upper dir (e.g. overlayfs itself), "
-            "set ENVKIT_SWE_STORE to a directory on ext4/xfs/tmpfs (e.g. /dev/shm)."
-            if err == errno.EINVAL
-            else ""
-        )
-        raise OverlayError(err, f"mounting overlay on {target} failed: {os.strerror(err)}.{hint}")
-
-
-def _umount(target: str) -> None:
-    if _libc.umount2(target.encode(), 0) != 0:
-        err = ctypes.get_errno()
-        if err == errno.EINVAL:  # not mounted
-            return
-        if _libc.umount2(target.encode(), _MNT_DETACH) != 0:
-            err = ctypes.get_errno()
-            raise OverlayError(err, f"unmounting {target} failed: {os.strerror(err)}")
-
-
-def _mount_tmpfs(target: str, size_mb: int) -> None:
-    opts = f"size={size_mb}m,nr_inodes={_TMPFS_INODES},mode=0711"
-    if _libc.mount(b"tmpfs", target.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV, opts.encode()) != 0:
-        err = ctypes.get_errno()
-        raise OverlayError(
-            err, f"mounting the work tree's {size_mb} MiB scratch tmpfs on {target} failed: {os.strerror(err)}"
-        )
-
-
-def copy_layer(src: str, dst: str) -> None:
-    """Copy overlay upper dir `src` into the empty directory `dst` (another file system): whiteouts, opaque
-    directories, modes, owners and times kept; FIFOs recreated; sockets and devices dropped."""
-    with os.scandir(src) as it:
-        entries = list(it)
-    for e in entries:
-        d = os.path.join(dst, e.name)
-        st = e.stat(follow_symlinks=False)
-        mode = st.st_mode
-        if is_whiteout(st):
-            os.mknod(d, stat.S_IFCHR | 0o600, 0)
-        elif stat.S_ISDIR(mode):
-            os.mkdir(d)
-            if is_opaque(e.path):
-                os.setxattr(d, OPAQUE_XATTR, b"y", follow_symlinks=False)
-            copy_layer(e.path, d)
-            os.chmod(d, stat.S_IMODE(mode))
-            os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))
-        elif stat.S_ISREG(mode):  # data, mode and times; not overlay's own xattrs (origin, impure)
-            shutil.copyfile(e.path, d, follow_symlinks=False)
-            os.chmod(d, stat.S_IMODE(mode))
-            os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))
-        elif stat.S_ISLNK(mode):
-            os.symlink(os.readlink(e.path), d)
-        elif stat.S_ISFIFO(mode):
-            os.mkfifo(d, stat.S_IMODE(mode))
-        else:
-            continue
-        os.lchown(d, st.st_uid, st.st_gid)
-        if stat.S_ISREG(mode) and mode & (stat.S_ISUID | stat.S_ISGID):
-            os.chmod(d, stat.S_IMODE(mode) & ~(stat.S_ISUID | stat.S_ISGID))
-
-
-def is_whiteout(st: os.stat_result) -> bool:
-    """True for an overlayfs whiteout (a 0/0 character device)."""
-    return stat.S_ISCHR(st.st_mode) and st.st_rdev == 0
-
-
-def is_opaque(path: str | Path) -> bool:
-    """True when directory `path` is an opaque overlay directory (hides everything below it)."""
-    try:
-        return os.getxattr(path, OPAQUE_XATTR, follow_symlinks=False) == b"y"
-    except OSError:
-        return False
-
-
-def _remove(path: str) -> None:
-    try:
-        st = os.lstat(path)
-    except FileNotFoundError:
-        return
-    if stat.S_ISDIR(st.st_mode):
-        shutil.rmtree(path)
-    else:
-        os.unlink(path)
-
-
-def _merge_into(src: str, dst: str) -> None:
-    """Apply layer `src` on top of the merged layer `dst` (overlay semantics, recursive)."""
-    with os.scandir(src) as it:
-        entries = list(it)
-    for e in entries:
-        d = os.path.join(dst, e.name)
-        st = e.stat(follow_symlinks=False)
-        if is_whiteout(st):
-            _remove(d)
-            os.mknod(d, stat.S_IFCHR | 0o600, 0)
-        elif stat.S_ISDIR(st.st_mode):
-            if is_opaque(e.path):
-                _remove(d)
-                os.mkdir(d)
-                os.setxattr(d, OPAQUE_XATTR, b"y", follow_symlinks=False)
-            elif not (os.path.isdir(d) and not os.path.islink(d)):
-                _remove(d)
-                os.mkdir(d)
-            os.chmod(d, stat.S_IMODE(st.st_mode))
-            os.chown(d, st.st_uid, st.st_gid)
-            _merge_into(e.path, d)
-        else:
-            _remove(d)
-            try:
-                os.link(e.path, d, follow_symlinks=False)
-            except OSError:
-                shutil.copy2(e.path, d, follow_symlinks=False)
+if TYPE_CHECKING:
+    from envs.swe.overlay import OverlayTree
 
 
 class LayerStore:
@@ -230,7 +97,7 @@ class LayerStore:
             with open("/proc/self/mountinfo") as f:
                 points = [line.split()[4] for line in f if line.split()[4].startswith(prefix)]
             for point in sorted(points, key=len, reverse=True):
-                _libc.umount2(point.encode(), _MNT_DETACH)
+                libc.umount2(point.encode(), MNT_DETACH)
             shutil.rmtree(d, ignore_errors=True)
             removed.append(str(d))
         return removed
@@ -331,7 +198,7 @@ class LayerStore:
             return cached
         out = self.staging()
         for layer in layers:
-            _merge_into(self.path(layer), out)
+            merge_into(self.path(layer), out)
         merged = self.commit(out, self.new_id("m"))
         self._merged[layers] = merged
         return merged
@@ -353,140 +220,3 @@ class LayerStore:
             tree.close()
         if self._owned:
             shutil.rmtree(self.root, ignore_errors=True)
-
-
-def chown_tree(root: str | Path, uid: int, gid: int) -> None:
-    """``chown -R uid:gid root`` without following symlinks."""
-    os.lchown(root, uid, gid)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            os.lchown(os.path.join(dirpath, name), uid, gid)
-
-
-class OverlayTree:
-    """A work tree mounted from a stack of layers plus a private upper dir.
-
-    Args:
-        store: The layer store.
-        pinned: How many bottom layers of every stack are never merged (the task's base layers).
-        max_layers: Collapse stacks deeper than this (the kernel refuses ~500 and a page of options).
-        uid: Owner of the work tree's root directory (the sandbox user).
-        size_mb: Cap on what may be written into the tree between snapshots: the upper dir lives on a tmpfs of
-            this size (writes beyond it fail with ENOSPC), and `freeze` copies it into the store instead of
-            renaming it. None: the upper dir sits in the store (no cap; freeze is a rename).
-    """
-
-    _ids = itertools.count()
-
-    def __init__(
-        self, store: LayerStore, *, pinned: int = 1, max_layers: int = 48, uid: int = 65534, size_mb: int | None = None
-    ) -> None:
-        if max_layers < pinned + 1:
-            raise ValueError(f"max_layers must be > pinned ({pinned}), got {max_layers}")
-        self.store = store
-        self.pinned = pinned
-        self.max_layers = max_layers
-        self.uid = uid
-        self.dir = Path(tempfile.mkdtemp(dir=store.root / "t", prefix=f"tree{next(self._ids)}-"))
-        os.chmod(self.dir, 0o711)
-        self.merged = str(self.dir / "m")
-        self.size_mb = size_mb
-        self._scratch = str(self.dir / "s") if size_mb else None
-        base = self._scratch or str(self.dir)
-        self._upper = os.path.join(base, "u")
-        self._work = os.path.join(base, "w")
-        os.mkdir(self.merged)
-        if self._scratch:
-            os.mkdir(self._scratch)
-        self._scratch_mounted = False
-        self.stack: tuple[str, ...] = ()
-        self.mounted = False
-        store._trees.add(self)
-
-    def _fresh_dirs(self) -> None:
-        if self._scratch:  # a new tmpfs: the old edits are freed at once, the cap starts over
-            if self._scratch_mounted:
-                _umount(self._scratch)
-            assert self.size_mb is not None
-            _mount_tmpfs(self._scratch, self.size_mb)
-            self._scratch_mounted = True
-        for d in (self._upper, self._work):
-            if os.path.lexists(d):
-                self.store.trash(d)
-            os.mkdir(d)
-        os.chown(self._upper, self.uid, self.uid)  # the merged root takes the upper dir's owner and mode
-        os.chmod(self._upper, 0o755)
-
-    def _do_mount(self) -> None:
-        self._fresh_dirs()
-        lower = [self.store.path(layer) for layer in reversed(self.stack)]
-        _mount_overlay(lower, self._upper, self._work, self.merged)
-        self.mounted = True
-
-    def _unmount(self) -> None:
-        if self.mounted:
-            _umount(self.merged)
-            self.mounted = False
-
-    def mount(self, stack: tuple[str, ...]) -> None:
-        """Show exactly the state `stack` (discarding unsnapshotted edits): this is restore."""
-        missing = [layer for layer in stack if not self.store.exists(layer)]
-        if missing:
-            raise OverlayError(errno.ENOENT, f"layers {missing} are gone (discarded, or from another machine)")
-        self._unmount()
-        self.store.incref(stack)
-        old, self.stack = self.stack, tuple(stack)
-        self.store.decref(old)
-        self._do_mount()
-
-    def dirty(self) -> bool:
-        """True when the upper dir holds edits not yet frozen into a layer."""
-        with os.scandir(self._upper) as it:
-            return any(True for _ in it)
-
-    def freeze(self) -> tuple[str, ...]:
-        """Make the current state an immutable stack and keep working on top of it; returns the stack.
-
-        The caller owns one reference to the returned stack (release it with ``store.decref(stack)``).
-        """
-        if self.dirty():
-            self._unmount()
-            if self._scratch:
-                staged = self.store.staging()
-                copy_layer(self._upper, staged)
-                st = os.stat(self._upper)
-                os.chmod(staged, stat.S_IMODE(st.st_mode))
-                os.chown(staged, st.st_uid, st.st_gid)
-                layer = self.store.commit(staged)
-            else:
-                layer = self.store.commit(self._upper)
-            stack = (*self.stack, layer)
-            if len(stack) > self.max_layers or self._options_len(stack) > _MAX_OPTIONS:
-                merged = self.store.merge(stack[self.pinned :])
-                collapsed = (*stack[: self.pinned], merged)
-                self.store.incref(collapsed)
-                self.store.decref(self.stack)
-                self.store.decref((layer,))  # unreferenced: deleted, the merged layer holds its content
-                self.stack = collapsed
-            else:
-                self.store.incref((layer,))
-                self.stack = stack
-            self._do_mount()
-        self.store.incref(self.stack)
-        return self.stack
-
-    def _options_len(self, stack: tuple[str, ...]) -> int:
-        return sum(len(self.store.path(layer)) + 1 for layer in stack) + 3 * len(str(self.dir)) + 120
-
-    def close(self) -> None:
-        """Unmount and delete the tree's private dirs; release its layers."""
-        try:
-            self._unmount()
-            if self._scratch_mounted and self._scratch:
-                _umount(self._scratch)
-                self._scratch_mounted = False
-        finally:
-            self.store.decref(self.stack)
-            self.stack = ()
-            shutil.rmtree(self.dir, ignore_errors=True)
-            self.store._trees.discard(self)

@@ -1,4 +1,4 @@
-"""Where the SWE env's shell commands run: one `Backend` interface, two implementations.
+"""Where the SWE env's shell commands run: one `envs.swe.backend.Backend` base class, two implementations.
 
 - `LocalBackend` (default): bubblewrap, started unprivileged (`envs.swe.confine`: root forks, joins the
   backend's cgroups, sets rlimits and drops to uid 65534 before exec'ing ``/usr/bin/bwrap`` with a fixed
@@ -31,119 +31,27 @@ import select
 import shutil
 import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import Protocol
 
-from envkit.errors import EnvkitError
+from envs.swe.backend import (
+    SYSTEM_DIRS,
+    WORKDIR,
+    Backend,
+    Command,
+    CommandResult,
+    Limits,
+    SandboxError,
+    cap_output,
+    parse_state,
+    python_roots,
+    sandbox_env,
+)
 from envs.swe.confine import TRUSTED_PATH, Cgroups, HostViews, drop_privileges, traversable
 
-WORKDIR = "/repo"
-_VOLATILE_VARS = {"PWD", "OLDPWD", "SHLVL", "_"}
-_SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
 _MASKED = ("/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-")  # hidden even from DAC mistakes
 _STATE_MAX = 1 << 20  # a command's reported cwd + env larger than this is ignored (previous state kept)
-
-
-class SandboxError(EnvkitError, RuntimeError):
-    """The sandbox could not start (missing tool, missing privilege); the message says how to fix it."""
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Resource limits of one command.
-
-    Attributes:
-        timeout_s: Default wall-clock limit of a command (a command may ask for less or up to `max_timeout_s`).
-        max_timeout_s: Largest timeout a command may ask for.
-        output_chars: Characters of output shown; longer output keeps its head and tail with a marker between.
-        output_hard_bytes: Output beyond this kills the command (``yes`` cannot fill memory).
-        memory_mb: Address-space limit (RLIMIT_AS) per process.
-        nproc: Process limit of the sandbox uid (RLIMIT_NPROC).
-        file_mb: Largest file a command may write (RLIMIT_FSIZE).
-        tmp_mb: Size of the sandbox's private ``/tmp`` (a tmpfs).
-        repo_mb: Size cap of everything written under ``/repo`` in one work tree (local backend: the overlay's
-            upper dir is a tmpfs of this size). 0: no cap (the upper dir sits in the layer store; snapshots are a
-            rename instead of a copy of the edits, but a command can fill the store's file system).
-    """
-
-    timeout_s: float = 60.0
-    max_timeout_s: float = 600.0
-    output_chars: int = 16_000
-    output_hard_bytes: int = 16 << 20
-    memory_mb: int = 4096
-    nproc: int = 512
-    file_mb: int = 512
-    tmp_mb: int = 1024
-    repo_mb: int = 2048
-
-    def __post_init__(self) -> None:
-        if not 0 < self.timeout_s <= self.max_timeout_s:
-            raise ValueError(f"Limits: need 0 < timeout_s <= max_timeout_s, got {self.timeout_s}, {self.max_timeout_s}")
-        if self.output_chars < 200:
-            raise ValueError(f"Limits.output_chars must be >= 200, got {self.output_chars}")
-        if min(self.memory_mb, self.nproc, self.file_mb, self.output_hard_bytes, self.tmp_mb) <= 0 or self.repo_mb < 0:
-            raise ValueError(
-                "Limits: memory_mb, nproc, file_mb, output_hard_bytes and tmp_mb must be positive, repo_mb >= 0"
-            )
-
-
-@dataclass(frozen=True)
-class CommandResult:
-    """What a command did.
-
-    Attributes:
-        output: Combined stdout and stderr (decoded, capped; see `Limits.output_chars`).
-        exit_code: The shell's exit status (None when it was killed).
-        timed_out: Killed at the wall-clock limit.
-        cwd: Working directory after the command (unchanged if the shell exited early).
-        env: Exported variables after the command, sorted.
-    """
-
-    output: str
-    exit_code: int | None
-    timed_out: bool
-    cwd: str
-    env: tuple[tuple[str, str], ...]
-
-
-class Backend(Protocol):
-    """Runs shell commands against a work tree on the host (mounted at ``WORKDIR`` inside)."""
-
-    name: str
-    limits: Limits
-
-    def base_env(self) -> dict[str, str]: ...
-
-    def run(
-        self,
-        tree: str,
-        command: str,
-        *,
-        cwd: str,
-        env: Mapping[str, str],
-        timeout: float,
-        output_chars: int | None = None,
-        binds: Sequence[tuple[str, str, bool]] = (),
-    ) -> CommandResult: ...
-
-    def close(self) -> None: ...
-
-
-def cap_output(head: bytes, tail: bytes, total: int, limit: int) -> str:
-    """Decode captured output and keep at most `limit` characters: head and tail with a marker between."""
-    half = limit // 2
-    if total <= len(head) + len(tail):  # nothing was dropped while reading
-        text = (head + tail).decode("utf-8", "replace")
-        if len(text) <= limit:
-            return text
-        return f"{text[:half]}\n[... {len(text) - 2 * half} characters of output omitted ...]\n{text[-half:]}"
-    first = head.decode("utf-8", "replace")[:half]
-    last = tail.decode("utf-8", "replace")[-half:]
-    return f"{first}\n[... {total} bytes of output, the middle omitted ...]\n{last}"
 
 
 def shell_script(state_fd: int, input_fd: int, nproc: int | None = None) -> str:
@@ -172,42 +80,6 @@ def shell_input(cwd: str, command: str, env: Mapping[str, str]) -> bytes:
     """What `shell_script` reads: cwd, command and ``KEY=value`` items, each NUL-terminated (NULs dropped)."""
     items = [cwd, command, *(f"{k}={v}" for k, v in env.items() if k and "=" not in k)]
     return b"".join(x.replace("\0", "").encode("utf-8", "surrogateescape") + b"\0" for x in items)
-
-
-def parse_state(raw: bytes, cwd: str, env: Mapping[str, str]) -> tuple[str, tuple[tuple[str, str], ...]]:
-    """Parse ``pwd`` + ``env -0`` as written by `shell_script`; fall back to the previous state."""
-    if not raw:
-        return cwd, tuple(sorted(env.items()))
-    first, _, rest = raw.partition(b"\n")
-    new_env: dict[str, str] = {}
-    for item in rest.split(b"\0"):
-        key, sep, value = item.decode("utf-8", "replace").partition("=")
-        if sep and key not in _VOLATILE_VARS and not key.startswith("BASH_FUNC_"):
-            new_env[key] = value
-    return first.decode("utf-8", "replace") or cwd, tuple(sorted(new_env.items()))
-
-
-def _python_roots() -> list[str]:
-    roots = {
-        os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, os.path.dirname(os.path.dirname(sys.executable)))
-    }
-    return sorted(r for r in roots if not any(r == d or r.startswith(d + "/") for d in _SYSTEM_DIRS))
-
-
-def sandbox_env(python_roots: Sequence[str]) -> dict[str, str]:
-    """The environment variables every sandboxed command starts with (both backends)."""
-    path = ":".join([*(f"{p}/bin" for p in python_roots), "/usr/local/bin", "/usr/bin", "/bin"])
-    return {
-        "PATH": path,
-        "HOME": "/tmp",
-        "LANG": "C.UTF-8",
-        "TERM": "dumb",
-        "PAGER": "cat",
-        "GIT_PAGER": "cat",
-        "PYTHONDONTWRITEBYTECODE": "1",
-        "PYTHONHASHSEED": "0",
-        "USER": "nobody",
-    }
 
 
 def read_capped(proc: subprocess.Popen[bytes], deadline: float, keep: int, hard: int) -> tuple[bytes, bytes, int, str]:
@@ -260,7 +132,7 @@ def _check_bwrap(path: str) -> None:
     _BWRAP_OK[path] = True
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     """bubblewrap sandbox (see the module docstring and `envs.swe.confine`).
 
     Args:
@@ -300,8 +172,8 @@ class LocalBackend:
                 "dropping to an unprivileged uid for bubblewrap; run as root or use backend='docker'"
             )
         self._views = HostViews.get()
-        self._prefix = _python_roots()
-        self._binds = [d for d in _SYSTEM_DIRS if os.path.exists(d)]
+        self._prefix = python_roots()
+        self._binds = [d for d in SYSTEM_DIRS if os.path.exists(d)]
         self._ro = [
             (self._views.source(r, uid, uid), r) for r in [*self._prefix, *map(os.path.realpath, extra_ro_binds)]
         ]
@@ -369,31 +241,8 @@ class LocalBackend:
             resource.RLIMIT_NOFILE: 1024,
         }
 
-    def run(
-        self,
-        tree: str,
-        command: str,
-        *,
-        cwd: str,
-        env: Mapping[str, str],
-        timeout: float,
-        output_chars: int | None = None,
-        binds: Sequence[tuple[str, str, bool]] = (),
-    ) -> CommandResult:
-        """Run `command` with bash in the sandbox on work tree `tree` (a host directory).
-
-        Args:
-            tree: Host directory shown at ``/repo``.
-            command: Bash source (may span lines).
-            cwd: Working directory to start in (falls back to ``/repo`` when it does not exist).
-            env: The complete environment (from `base_env` or a previous `CommandResult.env`).
-            timeout: Wall-clock seconds (clamped to ``limits.max_timeout_s``).
-            output_chars: Characters of output to keep (default ``limits.output_chars``).
-            binds: More ``(host dir, path inside, writable)`` binds (the grader's script and report dirs); host
-                dirs must be reachable by the sandbox uid.
-        """
-        chars = output_chars or self.limits.output_chars
-        timeout = max(0.1, min(float(timeout), self.limits.max_timeout_s))
+    def _run(self, c: Command) -> tuple[CommandResult, str]:
+        tree, command, cwd, env, timeout, chars, binds = c.tree, c.command, c.cwd, c.env, c.timeout, c.chars, c.binds
         cpu = int(timeout) + 5
         view = None if traversable(tree, self.uid, self.uid) else self._views.temporary(tree)
         procs = self.cgroups.procs_files() if self.cgroups else []
@@ -444,12 +293,7 @@ class LocalBackend:
             )
             raise SandboxError(f"bubblewrap could not start the sandbox: {msg}{hint}")
         new_cwd, new_env = parse_state(b"" if len(raw) > _STATE_MAX else raw, cwd, env)
-        out = cap_output(head, tail, total, chars)
-        if why == "timeout":
-            out += f"\n[command timed out after {timeout:g} s and was killed]"
-        elif why == "overflow":
-            out += f"\n[command killed: output exceeded {self.limits.output_hard_bytes} bytes]"
-        return CommandResult(out, None if why else code, why == "timeout", new_cwd, new_env)
+        return CommandResult(cap_output(head, tail, total, chars), code, False, new_cwd, new_env), why
 
     def close(self) -> None:
         """Kill strays and remove the backend's cgroups."""

@@ -1,16 +1,16 @@
 """SWE tasks: the record format, JSONL loading (envkit's own and SWE-bench's), and the shipped task set.
 
-A `Task` is a repository tree, an issue text, the tests that must pass (``FAIL_TO_PASS``) and keep passing
-(``PASS_TO_PASS``), and a gold patch. Where the tree comes from is `Task.source`:
+A `SweTask` is a repository tree, an issue text, the tests that must pass (``FAIL_TO_PASS``) and keep passing
+(``PASS_TO_PASS``), and a gold patch. Where the tree comes from is `SweTask.source`:
 
 - ``archive:<file>``: a ``.tar.gz``/``.zip`` (e.g. a pip-downloaded sdist) next to the JSONL file, or an absolute
   path; its single top-level directory is stripped.
 - ``dir:<path>``: a directory.
 - ``git:<path>@<commit>``: a commit of a local git repository (``git archive``): SWE-bench instances.
 
-The agent starts from the source tree with `Task.bug_patch` applied (generated tasks carry the injected bug
-there; SWE-bench instances have none). The gold state is the start tree plus `Task.patch`; tests run after
-`Task.test_patch` is applied and after every file they live in is reset to its pristine content.
+The agent starts from the source tree with `SweTask.bug_patch` applied (generated tasks carry the injected bug
+there; SWE-bench instances have none). The gold state is the start tree plus `SweTask.patch`; tests run after
+`SweTask.test_patch` is applied and after every file they live in is reset to its pristine content.
 
 Files: one JSON object per line (``.jsonl`` or ``.jsonl.gz``) with the SWE-bench field names (``instance_id,
 repo, base_commit, patch, test_patch, problem_statement, FAIL_TO_PASS, PASS_TO_PASS``) plus envkit's optional
@@ -37,7 +37,7 @@ PYTEST = "python -m pytest -p no:cacheprovider -rA --tb=short -q"
 
 
 @dataclass(frozen=True)
-class Task:
+class SweTask:
     """One SWE task (field names follow SWE-bench; see the module docstring).
 
     Attributes:
@@ -70,7 +70,7 @@ class Task:
 
     def __post_init__(self) -> None:
         if not self.instance_id:
-            raise ValueError("Task.instance_id must be a non-empty string")
+            raise ValueError("SweTask.instance_id must be a non-empty string")
         if not self.fail_to_pass:
             raise ValueError(f"task {self.instance_id}: FAIL_TO_PASS is empty; a task needs a failing test")
         if not self.source.startswith(("archive:", "dir:", "git:")):
@@ -104,12 +104,12 @@ def _ids(value: Any) -> tuple[str, ...]:
     return tuple(str(v) for v in value or ())
 
 
-def task_from_record(rec: Mapping[str, Any], *, base_dir: Path | None = None, source: str | None = None) -> Task:
-    """Build a `Task` from a JSON record (SWE-bench or envkit field names)."""
+def task_from_record(rec: Mapping[str, Any], *, base_dir: Path | None = None, source: str | None = None) -> SweTask:
+    """Build a `SweTask` from a JSON record (SWE-bench or envkit field names)."""
     src = source or str(rec.get("source", ""))
     if src.startswith("archive:") and base_dir is not None and not os.path.isabs(src[8:]):
         src = "archive:" + str(base_dir / src[8:])
-    return Task(
+    return SweTask(
         instance_id=str(rec["instance_id"]),
         repo=str(rec.get("repo", "")),
         problem_statement=str(rec.get("problem_statement", "")),
@@ -141,13 +141,13 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
-def load_tasks(path: str | Path | None = None) -> list[Task]:
+def load_tasks(path: str | Path | None = None) -> list[SweTask]:
     """Load envkit task records (default: the shipped more-itertools set)."""
     p = Path(path) if path is not None else DEFAULT_TASKS
     return [task_from_record(r, base_dir=p.parent) for r in read_records(p)]
 
 
-def save_tasks(tasks: Iterable[Task], path: str | Path) -> None:
+def save_tasks(tasks: Iterable[SweTask], path: str | Path) -> None:
     """Write tasks as JSONL (gzip when the name ends with .gz, with a fixed mtime so the bytes reproduce)."""
     p = Path(path)
     lines = "".join(json.dumps(t.to_record(), sort_keys=True) + "\n" for t in tasks)
@@ -167,7 +167,7 @@ def find_repo(repos_dir: Path, repo: str) -> Path | None:
     return None
 
 
-def load_swebench(path: str | Path, repos_dir: str | Path, *, skip_missing: bool = True) -> list[Task]:
+def load_swebench(path: str | Path, repos_dir: str | Path, *, skip_missing: bool = True) -> list[SweTask]:
     """Load SWE-bench JSONL records whose repository is cloned locally.
 
     Args:
@@ -181,7 +181,7 @@ def load_swebench(path: str | Path, repos_dir: str | Path, *, skip_missing: bool
     ``runtests.py``, SymPy's ``bin/test``) need ``test_command`` set on the records.
     """
     root = Path(repos_dir)
-    tasks: list[Task] = []
+    tasks: list[SweTask] = []
     for rec in read_records(path):
         clone = find_repo(root, str(rec["repo"]))
         if clone is None:
@@ -208,7 +208,7 @@ def patch_paths(patch: str) -> list[str]:
     return list(seen)
 
 
-def select(tasks: Sequence[Task], ids: Iterable[str] | None) -> list[Task]:
+def select(tasks: Sequence[SweTask], ids: Iterable[str] | None) -> list[SweTask]:
     """The tasks named in `ids` (all when None); unknown ids raise KeyError listing known ones."""
     if ids is None:
         return list(tasks)

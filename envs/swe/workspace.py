@@ -1,11 +1,11 @@
-"""Turn a `Task` into layers of a `LayerStore`: its start state, gold state and pristine test files.
+"""Turn a `SweTask` into layers of a `LayerStore`: its start state, gold state and pristine test files.
 
 Layers are built once per store (cached by source and instance id) and pinned:
 
 - the *source* layer: the extracted archive, directory or ``git archive`` of a commit;
-- the *bug* layer: the files `Task.bug_patch` changes (start = source + bug);
-- the *gold* layer: the files `Task.patch` changes (gold = start + gold);
-- the *test* layer: the files `Task.test_patch` changes (tests run with start + test layer's test files).
+- the *bug* layer: the files `SweTask.bug_patch` changes (start = source + bug);
+- the *gold* layer: the files `SweTask.patch` changes (gold = start + gold);
+- the *test* layer: the files `SweTask.test_patch` changes (tests run with start + test layer's test files).
 
 Patches are applied with ``git apply`` to copies of just the files they touch, so building a task costs
 milliseconds after its source layer exists.
@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from envkit.errors import DataNotFoundError, EnvkitError
-from envs.swe.layers import LayerStore, chown_tree, is_opaque, is_whiteout
-from envs.swe.sandbox import WORKDIR
-from envs.swe.tasks import Task, patch_paths
+from envs.swe.backend import WORKDIR
+from envs.swe.layer_files import chown_tree, is_opaque, is_whiteout
+from envs.swe.layers import LayerStore
+from envs.swe.tasks import SweTask, patch_paths
 
 
 class PatchError(EnvkitError, ValueError):
@@ -177,7 +178,7 @@ class TaskLayers:
     tests: tuple[str, ...]
 
 
-def task_layers(store: LayerStore, task: Task, uid: int = 65534) -> TaskLayers:
+def task_layers(store: LayerStore, task: SweTask, uid: int = 65534) -> TaskLayers:
     """Build (or fetch from the store's cache) the layers of `task`."""
     cache: dict[str, TaskLayers] = store.__dict__.setdefault("_tasks", {})
     key = f"{task.instance_id}\0{hash((task.source, task.bug_patch, task.patch, task.test_patch))}"
@@ -194,7 +195,7 @@ def task_layers(store: LayerStore, task: Task, uid: int = 65534) -> TaskLayers:
     return layers
 
 
-def pristine_test_files(store: LayerStore, task: Task, layers: TaskLayers) -> dict[str, bytes | None]:
+def pristine_test_files(store: LayerStore, task: SweTask, layers: TaskLayers) -> dict[str, bytes | None]:
     """Content of every test file of `task` as tests must see it (None: the file must not exist)."""
     out: dict[str, bytes | None] = {}
     for rel in task.test_files():

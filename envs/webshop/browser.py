@@ -33,10 +33,8 @@ from envkit.errors import EnvkitError, MissingExtraError, ResetNeededError, Syst
 from envkit.snapshot import Snapshot
 
 try:  # the text shop's packages come with the browser extra too: name that extra, not `webshop`
-    from envs.webshop.catalog import DEFAULT_TEST_GOALS
     from envs.webshop.env import EpisodeState, WebShopConfig, WebShopEnvBase
     from envs.webshop.render import parse_html
-    from envs.webshop.reward import DEFAULT_REWARD_MODE
     from envs.webshop.server import ShopServer
     from envs.webshop.shop import Element, ShopState, check_action, state_from_path, state_path
 except MissingExtraError as exc:
@@ -80,32 +78,15 @@ class WebShopBrowserEnv(WebShopEnvBase):
 
     def __init__(
         self,
-        data_dir: str | None = None,
-        observation_mode: str = "text",
-        split: str = "train",
-        test_goals: int = DEFAULT_TEST_GOALS,
-        human_goals: bool = False,
-        num_products: int | None = None,
-        max_steps: int = 15,
-        catalog_seed: int = 0,
+        config: WebShopConfig | None = None,
+        *,
         chromium: str | None = None,
         chromedriver: str | None = None,
         page_timeout: float = 20.0,
         evaluation: bool = False,
-        reward_mode: str = DEFAULT_REWARD_MODE,
+        **options: Any,
     ):
-        config = WebShopConfig(
-            data_dir,
-            observation_mode,
-            split,
-            test_goals,
-            human_goals,
-            num_products,
-            max_steps,
-            catalog_seed,
-            reward_mode,
-        )
-        super().__init__(config, evaluation=evaluation)
+        super().__init__(config, evaluation=evaluation, **options)
         require("selenium.webdriver", extra="browser", what="envkit/WebShopBrowser-v0")  # fail at make, not at reset
         self.chromium = chromium
         self.chromedriver = chromedriver

@@ -1,4 +1,4 @@
-"""WebShop products and goals: the real data files' loader and the embedded generated catalog.
+"""Building a WebShop `Catalog` (`envs.webshop.products`): the real data files' loader and the embedded generated one.
 
 Usage::
 
@@ -33,7 +33,7 @@ import re
 import warnings
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -41,97 +41,7 @@ from typing import Any
 import numpy as np
 
 from envkit.errors import DataNotFoundError
-
-PRICE_RANGE = [10.0 * i for i in range(1, 100)]
-GOAL_SHUFFLE_SEED = 233
-DEFAULT_TEST_GOALS = 500
-
-
-@dataclass(frozen=True)
-class Product:
-    """One product, with upstream's field meanings (``title`` is upstream's ``name``/``Title``)."""
-
-    asin: str
-    title: str
-    category: str
-    query: str
-    product_category: str
-    description: str
-    bullet_points: tuple[str, ...]
-    pricing: tuple[float, ...]
-    price_tag: str
-    options: tuple[tuple[str, tuple[str, ...]], ...]
-    attributes: tuple[str, ...]
-    rating: str = "N.A."
-    reviews: tuple[tuple[str, str], ...] = ()
-    instruction_text: str | None = None
-    instruction_attributes: tuple[str, ...] = ()
-    human_instructions: tuple[Mapping[str, Any], ...] = field(default=(), repr=False)
-
-    def option_name_of(self, value: str) -> str | None:
-        """The option group that ``click[value]`` selects (the last group holding it, as upstream)."""
-        found = None
-        for name, values in self.options:
-            if value in values:
-                found = name
-        return found
-
-
-@dataclass(frozen=True)
-class Goal:
-    """A shopping goal (upstream's goal dict).
-
-    Attributes:
-        asin: The product the goal was made from.
-        instruction_text: What the agent reads.
-        attributes: Goal attributes (the reward's attribute part).
-        goal_options: Goal option values (synthetic: one per option group; human: as annotated).
-        option_names: The option group of each value for synthetic goals; ``()`` for human goals.
-        price_upper: Price bound in dollars.
-        query, category, name, product_category: Copied from the product (the reward's type part).
-        weight: Upstream's sampling weight.
-        kind: ``"synthetic"`` or ``"human"``.
-    """
-
-    asin: str
-    instruction_text: str
-    attributes: tuple[str, ...]
-    goal_options: tuple[str, ...]
-    option_names: tuple[str, ...]
-    price_upper: float
-    query: str
-    category: str
-    name: str
-    product_category: str
-    weight: float = 1.0
-    kind: str = "synthetic"
-
-
-@dataclass(frozen=True, eq=False)
-class Catalog:
-    """Products, their prices and the goals (already in upstream's shuffled order)."""
-
-    products: tuple[Product, ...]
-    by_asin: Mapping[str, Product]
-    prices: Mapping[str, float]
-    goals: tuple[Goal, ...]
-    source: str
-
-    def split_indices(self, split: str, test_goals: int = DEFAULT_TEST_GOALS) -> range:
-        """Goal indices of a split: ``"test"`` = the first `test_goals` goals, ``"train"`` = the rest, ``"all"``.
-
-        This is verl-agent's split (goals ``[:500]`` evaluate, ``[500:]`` train). When the catalog has fewer
-        than ``2 * test_goals`` goals, the test split is the first fifth instead.
-        """
-        n = len(self.goals)
-        k = test_goals if n >= 2 * test_goals else max(1, n // 5)
-        if split == "all":
-            return range(n)
-        if split == "test":
-            return range(min(k, n))
-        if split == "train":
-            return range(min(k, n), n)
-        raise ValueError(f"split must be 'train', 'test' or 'all', got {split!r}")
+from envs.webshop.products import GOAL_SHUFFLE_SEED, PRICE_RANGE, Catalog, Product, WebShopGoal
 
 
 def _parse_pricing(pricing: Any) -> tuple[tuple[float, ...], str]:
@@ -240,8 +150,10 @@ def build_catalog(
     return Catalog(tuple(products), {p.asin: p for p in products}, prices, tuple(goals), source)
 
 
-def _synthetic_goals(products: list[Product], prices: Mapping[str, float], rng: np.random.Generator) -> list[Goal]:
-    goals: list[Goal] = []
+def _synthetic_goals(
+    products: list[Product], prices: Mapping[str, float], rng: np.random.Generator
+) -> list[WebShopGoal]:
+    goals: list[WebShopGoal] = []
     counts: dict[str, int] = defaultdict(int)
     for p in products:
         if not p.instruction_text or not p.instruction_attributes:
@@ -253,7 +165,7 @@ def _synthetic_goals(products: list[Product], prices: Mapping[str, float], rng: 
             option_text = ", and ".join(f"{n}: {v}" for n, v in zip(names, combo))
             option_text = " with " + option_text if option_text else ""
             goals.append(
-                Goal(
+                WebShopGoal(
                     asin=p.asin,
                     instruction_text=f"{p.instruction_text}{option_text}{price_text}",
                     attributes=p.instruction_attributes,
@@ -273,9 +185,9 @@ def _synthetic_goals(products: list[Product], prices: Mapping[str, float], rng: 
 
 def _human_goals(
     products: list[Product], prices: Mapping[str, float], rng: np.random.Generator, texts: Sequence[str] | None
-) -> list[Goal]:
+) -> list[WebShopGoal]:
     keep = {t.strip().lower().strip(".") for t in texts} if texts is not None else None
-    goals: list[Goal] = []
+    goals: list[WebShopGoal] = []
     for p in products:
         for ins in p.human_instructions:
             attrs = tuple(ins.get("instruction_attributes") or ())
@@ -286,7 +198,7 @@ def _human_goals(
                 continue
             upper, price_text = _price_upper(prices[p.asin], rng)
             goals.append(
-                Goal(
+                WebShopGoal(
                     asin=p.asin,
                     instruction_text=text + price_text,
                     attributes=attrs,

@@ -30,7 +30,8 @@ from typing import Any, SupportsFloat
 
 from envkit.capability import SnapshotCapability
 from envkit.snapshot import Snapshot, SnapshotEnvBase
-from envs.webshop.catalog import DEFAULT_TEST_GOALS, Catalog, Goal, load_catalog
+from envs.webshop.catalog import load_catalog
+from envs.webshop.products import DEFAULT_TEST_GOALS, Catalog, WebShopGoal
 from envs.webshop.render import OBSERVATION_MODES, render_html, to_text, to_text_rich
 from envs.webshop.reward import DEFAULT_REWARD_MODE, REWARD_MODES, get_reward
 from envs.webshop.search import SearchEngine, engine_for
@@ -115,7 +116,7 @@ class WebShopCore:
         self.engine: SearchEngine = engine_for(self.catalog)
         self.indices = self.catalog.split_indices(config.split, config.test_goals)
 
-    def goal(self, index: int) -> Goal:
+    def goal(self, index: int) -> WebShopGoal:
         return self.catalog.goals[index]
 
     def check_goal_index(self, value: Any) -> int:
@@ -174,15 +175,18 @@ class WebShopEnvBase(SnapshotEnvBase):
     """What the text and browser envs share: the config and `WebShopCore`, the goal draw, the step bookkeeping.
 
     Args:
-        config: The env's options.
+        config: The env's options; or pass them one by one as `options` (the fields of `WebShopConfig`, e.g.
+            ``split="test", max_steps=30``: what ``gymnasium.make("envkit/WebShop-v0", **options)`` passes).
         evaluation: Evaluation env (oracles refuse to run).
     """
 
     metadata = {"render_modes": [], **SnapshotCapability().metadata()}
 
-    def __init__(self, config: WebShopConfig, evaluation: bool = False):
+    def __init__(self, config: WebShopConfig | None = None, *, evaluation: bool = False, **options: Any):
         super().__init__(evaluation=evaluation)
-        self.config = config
+        if config is not None and options:
+            raise TypeError(f"pass either config= or WebShopConfig's fields, not both (got {sorted(options)})")
+        self.config = config if config is not None else WebShopConfig(**options)
         self.core = WebShopCore(self.config)
         self._state = EpisodeState(0, ShopState())
 
@@ -194,7 +198,7 @@ class WebShopEnvBase(SnapshotEnvBase):
     search_query = staticmethod(search_query)
 
     @property
-    def goal(self) -> Goal:
+    def goal(self) -> WebShopGoal:
         """The current goal (privileged: for oracles and analysis)."""
         return self.core.goal(self._state.goal_index)
 
@@ -223,31 +227,8 @@ class WebShopEnvBase(SnapshotEnvBase):
 class WebShopEnv(WebShopEnvBase):
     """WebShop as text; see the module docstring."""
 
-    def __init__(
-        self,
-        data_dir: str | None = None,
-        observation_mode: str = "text",
-        split: str = "train",
-        test_goals: int = DEFAULT_TEST_GOALS,
-        human_goals: bool = False,
-        num_products: int | None = None,
-        max_steps: int = 15,
-        catalog_seed: int = 0,
-        evaluation: bool = False,
-        reward_mode: str = DEFAULT_REWARD_MODE,
-    ):
-        config = WebShopConfig(
-            data_dir,
-            observation_mode,
-            split,
-            test_goals,
-            human_goals,
-            num_products,
-            max_steps,
-            catalog_seed,
-            reward_mode,
-        )
-        super().__init__(config, evaluation=evaluation)
+    def __init__(self, config: WebShopConfig | None = None, *, evaluation: bool = False, **options: Any):
+        super().__init__(config, evaluation=evaluation, **options)
         self._elements: tuple[Element, ...] = ()
         self._elements_of: ShopState | None = None
         self._last: tuple[str, dict[str, Any]] = ("", {})

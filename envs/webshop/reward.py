@@ -35,8 +35,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from envkit.errors import require
-from envs.webshop.catalog import Goal, Product
 from envs.webshop.nouns import spacy_nouns
+from envs.webshop.products import Product, WebShopGoal
 
 _fuzz = require("rapidfuzz.fuzz", extra="webshop", what="envkit/WebShop-v0")
 
@@ -98,7 +98,7 @@ class RewardInfo:
 
 
 def type_reward(
-    product: Product, goal: Goal, nouns: Callable[[str], tuple[str, ...]] = spacy_nouns
+    product: Product, goal: WebShopGoal, nouns: Callable[[str], tuple[str, ...]] = spacy_nouns
 ) -> tuple[float, bool, bool, float]:
     """``(r_type, query_match, category_match, title_score)`` as upstream ``get_type_reward``."""
     query_match = product.query == goal.query
@@ -126,7 +126,7 @@ def in_text(needle: str, product: Product) -> bool:
     )
 
 
-def attribute_matches(product: Product, goal: Goal, ratio: Callable[[str, str], int] | None = None) -> int:
+def attribute_matches(product: Product, goal: WebShopGoal, ratio: Callable[[str, str], int] | None = None) -> int:
     """Number of goal attributes found in the product (upstream ``get_attribute_reward``)."""
     ratio = ratio or token_set_ratio
     n = 0
@@ -143,7 +143,7 @@ def option_matches(goal_options: tuple[str, ...], purchased: Mapping[str, str]) 
 
 
 def get_reward(
-    product: Product, goal: Goal, price: float, options: Mapping[str, str], mode: str = DEFAULT_REWARD_MODE
+    product: Product, goal: WebShopGoal, price: float, options: Mapping[str, str], mode: str = DEFAULT_REWARD_MODE
 ) -> RewardInfo:
     """Score a purchase of `product` at `price` with the chosen `options` (option group -> value) for `goal`.
 
@@ -173,7 +173,7 @@ def reward_info(
     n_att: int,
     n_opt: int,
     r_price: bool,
-    goal: Goal,
+    goal: WebShopGoal,
 ) -> RewardInfo:
     """The `RewardInfo` of a scored purchase (the parts as upstream's ``verbose`` info)."""
     return RewardInfo(

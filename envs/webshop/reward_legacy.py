@@ -19,7 +19,7 @@ import re
 from collections.abc import Mapping
 
 from envkit.errors import require
-from envs.webshop.catalog import Goal, Product
+from envs.webshop.products import Product, WebShopGoal
 from envs.webshop.reward import RewardInfo, attribute_matches, in_text, normalize_color, reward_info, type_reward
 
 _fuzz = require("rapidfuzz.fuzz", extra="webshop", what="envkit/WebShop-v0")
@@ -70,7 +70,7 @@ def option_matches(product: Product, goal_options: tuple[str, ...], purchased: M
     return n
 
 
-def legacy_reward(product: Product, goal: Goal, price: float, options: Mapping[str, str]) -> RewardInfo:
+def legacy_reward(product: Product, goal: WebShopGoal, price: float, options: Mapping[str, str]) -> RewardInfo:
     """The legacy score (see the module docstring)."""
     r_type, query_match, category_match, title_score = type_reward(product, goal, title_nouns)
     r_price = price <= goal.price_upper

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from envkit.errors import require
-from envs.webshop.catalog import Catalog, Product
+from envs.webshop.products import Catalog, Product
 
 RESULTS_PER_PAGE = 10
 TOP_K = 50

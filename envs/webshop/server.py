@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 
 @dataclass
-class Session:
+class ShopSession:
     """Server-side session: the goal and the products visited since the last search page."""
 
     goal_index: int
@@ -55,7 +55,7 @@ class ShopServer:
 
     def __init__(self, core: WebShopCore, host: str = "127.0.0.1", port: int = 0):
         self.core = core
-        self.sessions: dict[str, Session] = {}
+        self.sessions: dict[str, ShopSession] = {}
         self._lock = threading.Lock()
         self._ids = itertools.count()
         self._httpd = ThreadingHTTPServer((host, port), _handler(self))
@@ -83,7 +83,7 @@ class ShopServer:
     def new_session(self, goal_index: int, visited: tuple[str, ...] = ()) -> str:
         with self._lock:
             sid = f"s{next(self._ids)}"
-            self.sessions[sid] = Session(goal_index, visited)
+            self.sessions[sid] = ShopSession(goal_index, visited)
         return sid
 
     def page(self, sid: str, path: str, query: str) -> tuple[int, str, str | None]:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlencode
 
-from envs.webshop.catalog import Catalog, Goal
+from envs.webshop.products import Catalog, WebShopGoal
 from envs.webshop.reward import DEFAULT_REWARD_MODE, get_reward
 from envs.webshop.search import RESULTS_PER_PAGE
 
@@ -93,7 +93,7 @@ def _b(key: str) -> Element:
     return Element("button", _LABELS.get(key, key.title()), key)
 
 
-def page_elements(state: ShopState, catalog: Catalog, goal: Goal) -> tuple[Element, ...]:
+def page_elements(state: ShopState, catalog: Catalog, goal: WebShopGoal) -> tuple[Element, ...]:
     """What `state`'s page shows, in reading order."""
     instr = [_t("Instruction:"), _t(goal.instruction_text)]
     if state.page == "search":
@@ -196,7 +196,7 @@ def transition(
     state: ShopState,
     action: str,
     catalog: Catalog,
-    goal: Goal,
+    goal: WebShopGoal,
     engine: SearchEngine,
     reward_mode: str = DEFAULT_REWARD_MODE,
 ) -> tuple[ShopState, str | None]:
@@ -210,7 +210,7 @@ def transition(
 
 
 def click(
-    state: ShopState, key: str, catalog: Catalog, goal: Goal, reward_mode: str = DEFAULT_REWARD_MODE
+    state: ShopState, key: str, catalog: Catalog, goal: WebShopGoal, reward_mode: str = DEFAULT_REWARD_MODE
 ) -> ShopState:
     """The state after clicking `key` (assumed present on the page); a purchase is scored with `reward_mode`."""
     if key == BACK:
@@ -271,7 +271,7 @@ def state_from_path(
     query_string: str,
     visited: tuple[str, ...],
     catalog: Catalog,
-    goal: Goal,
+    goal: WebShopGoal,
     engine: SearchEngine,
     reward_mode: str = DEFAULT_REWARD_MODE,
 ) -> ShopState:

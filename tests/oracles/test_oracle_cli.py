@@ -12,13 +12,64 @@ import time
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 from envkit.io import read_records
-from oracles.cli import app
+from oracles.cli import main
 
-runner = CliRunner()
-TOY = ["--env", "envkit/Toy-v0", "--env-kwarg", "max_steps=10", "--max-steps", "10", "--min-budget", "7"]
+TOY = ["--env", "envkit/Toy-v0", "--env-kwarg", "max_steps=10", "--max-steps", "10", "--sero.min-budget", "7"]
+
+
+class _Result:
+    def __init__(self, exit_code: int, stdout: str, stderr: str):
+        self.exit_code, self.stdout, self.output = exit_code, stdout, stdout + stderr
+
+
+class _Runner:
+    """Runs `oracles.cli.main` in this process with `env` set, capturing its exit code, stdout and stderr."""
+
+    def invoke(self, _main, args, env=None):
+        import contextlib
+        import io
+
+        out, err = io.StringIO(), io.StringIO()
+        old = {k: os.environ.get(k) for k in env or {}}
+        os.environ.update(env or {})
+        code = 0
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                _main(list(args))
+        except SystemExit as exc:
+            code = int(exc.code or 0)
+        finally:
+            for k, v in old.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        return _Result(code, out.getvalue(), err.getvalue())
+
+
+runner = _Runner()
+app = main
+
+
+def _options(cls, prefix=""):
+    """(flag, default) of every option tyro builds from a config dataclass, nested ones dotted."""
+    import dataclasses
+
+    import tyro
+
+    hints = __import__("typing").get_type_hints(cls, include_extras=True)
+    for f in dataclasses.fields(cls):
+        name = f.name.replace("_", "-")
+        for meta in getattr(hints[f.name], "__metadata__", ()):
+            if isinstance(meta, type(tyro.conf.arg())) and meta.name:
+                name = meta.name
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if dataclasses.is_dataclass(default):
+            yield from _options(type(default), f"{prefix}{name}.")
+        else:
+            yield f"--{prefix}{name}", default
 
 
 def _plain(text: str) -> str:
@@ -29,21 +80,19 @@ def test_help_documents_every_option_with_its_default():
     res = runner.invoke(app, ["rollout", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
     assert res.exit_code == 0
     text = _plain(res.output)
-    import typer.main
+    from oracles.pipeline import RunConfig
 
-    params = typer.main.get_command(app).commands["rollout"].params  # type: ignore[attr-defined]
-    assert len(params) == 22
-    for p in params:
-        assert p.opts[0] in text, p.opts[0]
-        assert p.help, f"{p.opts[0]} has no help"
-        if isinstance(p.default, bool):  # a --x/--no-x flag shows the name of its default side
-            side = p.opts[0] if p.default else p.secondary_opts[0]
-            assert f"default: {side.lstrip('-')}" in text, p.opts[0]
-        elif p.default is not None:  # every default shows in the help (None ones say it in words)
-            assert f"default: {str(p.default).lower()}" in text.lower(), p.opts[0]
+    params = list(_options(RunConfig))
+    assert len(params) == 24
+    for flag, default in params:
+        assert flag in text, flag
+        if isinstance(default, bool):  # a --x/--no-x flag shows its default
+            assert f"{flag}, --no-{flag[2:]}" in text and "(default: True)" in text, flag
+        elif default not in (None, {}):  # every default shows in the help (None ones say it in words)
+            assert f"(default: {default})".lower() in text.lower(), flag
         else:
-            assert "default" in p.help.lower() or p.multiple, p.opts[0]
-    for opt in ("--oracle-kwarg", "--chunk-tasks", "--env-kwarg", "--weighting", "--scorer"):
+            assert "None:" in text or "repeatable" in text, flag
+    for opt in ("--oracle-kwarg", "--chunk-tasks", "--env-kwarg", "--sero.weighting", "--scorer"):
         assert opt in text
     for default in (
         "envkit/WebShop-v0",
@@ -189,6 +238,7 @@ def test_rollout_inspect_export_and_datasets_load(tmp_path):
 
 @pytest.mark.slow
 def test_sigkill_and_resume_gives_the_identical_file(tmp_path):
+    from envkit.credit.sero import SeroOptions
     from oracles.pipeline import RunConfig, run
 
     args = [
@@ -235,7 +285,7 @@ def test_sigkill_and_resume_gives_the_identical_file(tmp_path):
         env_id="envkit/Toy-v0",
         env_kwargs={"max_steps": 10, "step_delay": 0.004},
         max_steps=10,
-        min_budget=7,
+        sero=SeroOptions(min_budget=7),
         tasks=10,
         group=4,
         workers=1,

@@ -7,6 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from envkit.credit.sero import SeroOptions  # noqa: E402
 from envkit.policies import PolicyInput  # noqa: E402
 from oracles.models import ModelConfig, load_model  # noqa: E402
 from oracles.policies import TransformersPolicy  # noqa: E402
@@ -33,7 +34,7 @@ def test_scorer_and_policy_on_cuda_match_cpu(tmp_path):
 
     out = tmp_path / "gpu.jsonl"
     s = run(
-        RunConfig(env_id="envkit/Toy-v0", env_kwargs={"max_steps": 10}, max_steps=10, min_budget=7, tasks=2, group=4,
+        RunConfig(env_id="envkit/Toy-v0", env_kwargs={"max_steps": 10}, max_steps=10, sero=SeroOptions(min_budget=7), tasks=2, group=4,
                   workers=1, backend="inprocess", out=str(out), progress=False, device="cuda"),
         policy=pol,
         scorer=TransformersScorer(gpu_model, tok),

@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 torch.set_num_threads(1)
 
+from envkit.credit.sero import SeroOptions  # noqa: E402
 from envkit.errors import EnvkitError  # noqa: E402
 from envkit.policies import PolicyInput, RandomAdmissiblePolicy, ScriptedPolicy  # noqa: E402
 from oracles.models import ModelConfig, load_model  # noqa: E402
@@ -146,7 +147,7 @@ def test_hf_scorer_weights_in_a_toy_run(tmp_path, tiny):
         env_id="envkit/Toy-v0",
         env_kwargs={"max_steps": 10},
         max_steps=10,
-        min_budget=7,
+        sero=SeroOptions(min_budget=7),
         tasks=3,
         group=3,
         workers=1,

@@ -21,7 +21,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
 
 pytestmark = [pytest.mark.vllm, pytest.mark.timeout(1200)]
 
@@ -99,25 +98,33 @@ def _plain(text: str) -> str:
 @pytest.mark.parametrize(
     "env_id,extra",
     [
-        ("envkit/WebShop-v0", ["--max-steps", "10", "--min-budget", "7"]),
-        ("envkit/ALFWorld-v0", ["--max-steps", "12", "--min-budget", "10"]),
+        ("envkit/WebShop-v0", ["--max-steps", "10", "--sero.min-budget", "7"]),
+        ("envkit/ALFWorld-v0", ["--max-steps", "12", "--sero.min-budget", "10"]),
     ],
 )
 def test_oracle_cli_with_a_vllm_served_policy(server, vllm_model, tmp_path, env_id, extra, request):
     from envkit.io import read_records
-    from oracles.cli import app
+    from oracles.cli import main
 
     request.getfixturevalue("webshop_data" if "WebShop" in env_id else "alfworld_data")
     before = _requests_served(server)
     out = tmp_path / "run.jsonl"
     policy = f"openai:{server}/v1#{SERVED}?temperature=0.7&max_tokens=16&concurrency=4"
     args = [
-        "rollout", "--env", env_id, "--policy", policy, "--tasks", "1", "--group", "2", "--roots", "1",
+        "rollout", "--env", env_id, "--policy", policy, "--tasks", "1", "--group", "2", "--sero.roots-per-group", "1",
         *extra, "--scorer", f"hf:{vllm_model}", "--device", "cpu", "--out", str(out), "--workers", "2",
         "--backend", "inprocess", "--no-progress",
     ]  # fmt: skip
-    res = CliRunner().invoke(app, args, env={"COLUMNS": "200"})
-    assert res.exit_code == 0, _plain(res.output)[-3000:] + repr(res.exception)
+    import contextlib
+    import io
+
+    buf, code = io.StringIO(), 0
+    try:
+        with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+            main(args)
+    except SystemExit as exc:
+        code = int(exc.code or 0)
+    assert code == 0, _plain(buf.getvalue())[-3000:]
     summary = json.loads(Path(str(out) + ".summary.json").read_text())
     tot = summary["totals"]
     recs = list(read_records(out))

@@ -14,6 +14,7 @@ DATA = next((p for p in _CANDIDATES if p and (Path(p) / "json_2.1.1").is_dir()),
 
 pytest.importorskip("envs.alfworld.env", reason="envkit/ALFWorld-v0 is not installed (pip install -e '.[alfworld]')")
 
+from envkit.credit.sero import SeroOptions  # noqa: E402
 from envkit.io import read_records  # noqa: E402
 from oracles.pipeline import RunConfig, run  # noqa: E402
 
@@ -29,9 +30,8 @@ def test_alfworld_random_fails_and_oracle_continues(tmp_path):
         env_id="envkit/ALFWorld-v0",
         tasks=2,
         group=2,
-        roots=1,
+        sero=SeroOptions(roots_per_group=1, min_budget=12),
         max_steps=16,
-        min_budget=12,
         env_kwargs={"max_steps": 16, "data_dir": DATA},
         workers=2,
         backend="subprocess",

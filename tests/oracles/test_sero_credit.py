@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from envkit.core import Root, Step, Trajectory
+from envkit.credit.reachability import ReachConfig
 from envkit.credit.sero import SeroConfig, credit_group
 from oracles.continuation import ContinuationOutcome
 from oracles.reach_weights import oracle_turns, reach_weights
@@ -37,22 +38,22 @@ def test_uniform_weights_equal_hand_values():
     # l_j = log(1/4) for every step: w = [1, 1/4, 1/16, 1/64 -> clipped to w_min 0.05].
     assert w.loglik == pytest.approx((math.log(0.25),) * 4)
     assert w.weights == pytest.approx((1.0, 0.25, 0.0625, 0.05))
-    w2 = reach_weights(UniformScorer(), (), o, SeroConfig(tau_w=2.0, w_min=0.0))
+    w2 = reach_weights(UniformScorer(), (), o, SeroConfig(reach=ReachConfig(tau_w=2.0, w_min=0.0)))
     assert w2.weights == pytest.approx((1.0, 0.5, 0.25, 0.125))
 
 
 def test_floor_applies_per_step():
     # 100 admissible actions: l = log(0.01) < log(p_floor = 0.05): each step contributes log(0.05).
     o = _outcome("r", ["r", "x", "y"], ["a0", "a1"], n_admissible=100)
-    w = reach_weights(UniformScorer(), (), o, SeroConfig(w_min=0.0))
+    w = reach_weights(UniformScorer(), (), o, SeroConfig(reach=ReachConfig(w_min=0.0)))
     assert w.weights == pytest.approx((1.0, 0.05))
-    w = reach_weights(UniformScorer(), (), o, SeroConfig(w_min=0.0, p_floor=0.001))
+    w = reach_weights(UniformScorer(), (), o, SeroConfig(reach=ReachConfig(w_min=0.0, p_floor=0.001)))
     assert w.weights == pytest.approx((1.0, 0.01))
 
 
 def test_choice_variant_and_fallback():
     o = _outcome("r", ["r", "x", "y"], ["a1", "not-listed"], n_admissible=5)
-    w = reach_weights(UniformScorer(), (), o, SeroConfig(weighting="choice", w_min=0.0))
+    w = reach_weights(UniformScorer(), (), o, SeroConfig(weighting="choice", reach=ReachConfig(w_min=0.0)))
     # choice prob among 5 equal candidates = 1/5; the unlisted action falls back to the sequence value.
     assert w.loglik == pytest.approx((math.log(0.2), math.log(0.2)))
     assert w.choice_fallbacks == 1

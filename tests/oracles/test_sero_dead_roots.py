@@ -91,3 +91,19 @@ def test_a_group_of_dead_candidates_ends_with_no_live_root(group):
     (outs,) = continue_roots(pool, ENV, cfg, [0], [dead_only])
     assert [o.root.t for o in outs if o.dead_end] == [4, 3, 2]
     assert [o.root.t for o in outs if not o.dead_end] == [1, 0]  # replacements reach the live states
+
+
+def test_one_root_at_a_time_as_the_trainers_do_replaces_the_dead_root(group):
+    """The local trainer and the OpenRLHF backend continue roots one by one in an episode's env (RootRounds)."""
+    from envkit.credit.sero import RootRounds
+
+    pool, trajs = group
+    cfg = SeroConfig(roots_per_group=1, min_budget=2, horizon=40)
+    picker, outs = RootRounds(trajs, 0, cfg), []
+    while roots := picker.pick():
+        for root in roots:
+            out = pool.call(0, "call", continue_from_root, job_for(root, trajs[root.trajectory], ENV, 40)).value
+            picker.settle(dead=out.dead_end)
+            outs.append(out)
+    assert [(o.root.trajectory, o.root.t, o.dead_end) for o in outs] == [(0, 4, True), (1, 4, False)]
+    assert outs[1].success and outs[1].steps

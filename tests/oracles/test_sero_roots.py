@@ -7,6 +7,7 @@ import pytest
 
 import envkit  # noqa: F401  (registers the ids)
 from envkit.core import Step, Trajectory
+from envkit.credit.reachability import ReachConfig
 from envkit.credit.sero import SeroConfig, select_roots
 from envkit.snapshot import replay
 from oracles.continuation import replay_state_at
@@ -64,7 +65,7 @@ def test_config_validation_names_the_setting():
     with pytest.raises(ValueError, match="min_budget"):
         SeroConfig(min_budget=0)
     with pytest.raises(ValueError, match="p_floor"):
-        SeroConfig(p_floor=0.0)
+        SeroConfig(reach=ReachConfig(p_floor=0.0))
     with pytest.raises(ValueError, match="weighting"):
         SeroConfig(weighting="bogus")  # type: ignore[arg-type]
 
@@ -80,3 +81,40 @@ def test_replay_recipe_from_a_recorded_trajectory_reaches_the_state():
         state = replay_state_at(tr, t)
         got, _ = replay(gym.make("envkit/Toy-v0"), state)
         assert got == tr.observations()[t]
+
+
+def test_root_rounds_replace_each_dead_root_with_the_next_untried_candidate():
+    from envkit.credit.sero import RootRounds
+
+    g = [traj(["s0", "s1", "s2", "s3", "s4"], ["a", "b", "c", "d"])]  # not done: t = 0..4 are candidates
+    picker = RootRounds(g, 0, SeroConfig(horizon=10, roots_per_group=2))
+    assert [r.t for r in picker.pick()] == [4, 3]
+    assert picker.pick() == []  # nothing reported dead: nothing owed
+    picker = RootRounds(g, 0, SeroConfig(horizon=10, roots_per_group=2))
+    first = picker.pick()
+    picker.settle(dead=True)  # t=4 dead, t=3 alive
+    picker.settle(dead=False)
+    assert [r.t for r in first] == [4, 3] and [r.t for r in picker.pick()] == [2]
+    picker.settle(dead=True)
+    assert [r.t for r in picker.pick()] == [1]  # never a state already tried
+    picker.settle(dead=False)
+    assert picker.pick() == []
+
+
+def test_root_rounds_stop_after_their_round_budget_and_when_candidates_run_out():
+    from envkit.credit.sero import RootRounds
+
+    g = [traj(["s0", "s1", "s2", "s3", "s4"], ["a", "b", "c", "d"])]
+    picker = RootRounds(g, 0, SeroConfig(horizon=10, roots_per_group=1), rounds=2)
+    picked = []
+    while roots := picker.pick():
+        picked += [r.t for r in roots]
+        picker.settle(dead=True)
+    assert picked == [4, 3, 2]  # 1 + 2 rounds
+    picker = RootRounds(g, 0, SeroConfig(horizon=10, roots_per_group=3))
+    picked = []
+    while roots := picker.pick():
+        picked += [r.t for r in roots]
+        for _ in roots:
+            picker.settle(dead=True)
+    assert picked == [4, 3, 2, 1, 0]  # every candidate tried once, then nothing is left

@@ -8,6 +8,7 @@ import pytest
 
 pytest.importorskip("envs.swe.env", reason="envkit/SWE-v0 is not installed (pip install -e '.[swe]')")
 
+from envkit.credit.sero import SeroOptions
 from envkit.errors import EnvkitError
 from envkit.io import read_records
 from oracles.pipeline import RunConfig, run
@@ -27,9 +28,8 @@ def test_swe_scripted_policy_fails_and_gold_patch_oracle_rescues(tmp_path):
         policy=f"scripted:{script}",
         tasks=2,
         group=2,
-        roots=1,
+        sero=SeroOptions(roots_per_group=1, min_budget=4),
         max_steps=6,
-        min_budget=4,
         workers=2,
         backend="subprocess",
         out=str(out),

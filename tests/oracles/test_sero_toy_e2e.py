@@ -8,7 +8,7 @@ import pytest
 import envkit  # noqa: F401
 from envkit.capability import SnapshotCapability
 from envkit.core import Root
-from envkit.credit.sero import SeroConfig, select_roots
+from envkit.credit.sero import SeroConfig, SeroOptions, select_roots
 from envkit.errors import EnvkitError
 from envkit.io import read_records
 from envkit.policies import RandomAdmissiblePolicy
@@ -20,12 +20,20 @@ from oracles.pipeline import RunConfig, run, summary_path
 
 # Toy episodes truncate at 10 steps: the random walk often misses the goal; a root with >= 7 steps left is always
 # enough for the oracle (the line has 8 cells).
-TOY = {"env_id": "envkit/Toy-v0", "env_kwargs": {"max_steps": 10}, "max_steps": 10, "min_budget": 7}
+TOY = {"env_id": "envkit/Toy-v0", "env_kwargs": {"max_steps": 10}, "max_steps": 10}
 
 
 def _cfg(tmp_path, name, **kw):
     return RunConfig(
-        **{**TOY, "tasks": 6, "group": 4, "roots": 2, "progress": False, "out": str(tmp_path / name), **kw}
+        **{
+            **TOY,
+            "tasks": 6,
+            "group": 4,
+            "sero": SeroOptions(roots_per_group=2, min_budget=7),
+            "progress": False,
+            "out": str(tmp_path / name),
+            **kw,
+        }
     )
 
 

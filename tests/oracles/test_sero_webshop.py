@@ -6,6 +6,7 @@ import pytest
 
 pytest.importorskip("envs.webshop.env", reason="envkit/WebShop-v0 is not installed (pip install -e '.[webshop]')")
 
+from envkit.credit.sero import SeroOptions
 from envkit.io import read_records
 from oracles.pipeline import DEFAULT_ENV, RunConfig, run
 
@@ -35,6 +36,14 @@ def test_webshop_inprocess_quick(tmp_path):
 @pytest.mark.slow
 def test_webshop_subprocess_workers_choice_weights(tmp_path):
     out = tmp_path / "ws.parquet"
-    cfg = RunConfig(tasks=4, group=4, workers=2, backend="subprocess", out=str(out), progress=False, weighting="choice")
+    cfg = RunConfig(
+        tasks=4,
+        group=4,
+        workers=2,
+        backend="subprocess",
+        out=str(out),
+        progress=False,
+        sero=SeroOptions(weighting="choice"),
+    )
     tot = _check(run(cfg), out)
     assert tot["restored_native"] + tot["restored_replay"] == tot["roots_tried"]

@@ -21,7 +21,7 @@ import pytest
 import envkit
 from envs.code.data import humaneval_problems
 from envs.code.env import CodeEnv
-from envs.code.sandbox import Job, Sandbox, SandboxConfig, SandboxUnavailableError
+from envs.code.sandbox import CheckJob, Sandbox, SandboxConfig, SandboxUnavailableError
 from envs.code.verifier import CodeVerifier, CodeVerifierConfig
 
 SAME_UID_BASE = 62000
@@ -36,12 +36,12 @@ def _start(config: SandboxConfig) -> Sandbox:
     return sb
 
 
-HONEST = Job(
+HONEST = CheckJob(
     "import time\ndef f(x):\n    time.sleep(0.05)\n    return sum(range(x))\n",
     entry_point="f",
     calls=tuple(((200_000 + k,), ()) for k in range(6)),
 )
-KILLER = Job(
+KILLER = CheckJob(
     "import os, signal\ndef f(x):\n"
     "    for _ in range(50):\n"
     "        for target in [-1] + list(range(2, 32768)):\n"
@@ -87,8 +87,8 @@ def test_sandboxes_lease_disjoint_uid_blocks():
     try:
         assert a.uid_base is not None and b.uid_base is not None
         assert abs(a.uid_base - b.uid_base) >= 4  # 2 candidate + 2 judge uids each
-        uid_a = a.run(Job("import os\nprint(os.getuid())")).stdout.strip()
-        uid_b = b.run(Job("import os\nprint(os.getuid())")).stdout.strip()
+        uid_a = a.run(CheckJob("import os\nprint(os.getuid())")).stdout.strip()
+        uid_b = b.run(CheckJob("import os\nprint(os.getuid())")).stdout.strip()
         assert int(uid_a) in range(a.uid_base, a.uid_base + 2) and int(uid_b) in range(b.uid_base, b.uid_base + 2)
     finally:
         a.close()
@@ -101,7 +101,7 @@ def test_cgroups_bound_a_check_as_a_whole():
         cg = sb.isolation.get("cgroups", {})
         if not (cg.get("memory") and cg.get("pids")):
             pytest.skip(f"no memory/pids cgroups here: {cg}")
-        r = sb.run(Job("print(open('/proc/self/cgroup').read())"))
+        r = sb.run(CheckJob("print(open('/proc/self/cgroup').read())"))
         lines = [ln for ln in r.stdout.splitlines() if "memory" in ln or "pids" in ln]
         assert lines and all("envkit-" in ln for ln in lines), r.stdout
         # 6 processes x 200 MiB each: every one is under its own 256 MiB RLIMIT_AS, together over the cgroup's
@@ -114,7 +114,7 @@ def test_cgroups_bound_a_check_as_a_whole():
             "ok = 0\nfor pid in kids:\n    _, st = os.waitpid(pid, 0)\n    ok += os.WIFEXITED(st) and os.WEXITSTATUS(st) == 0\n"
             "print('OK', ok)\n"
         )
-        r = sb.run(Job(hog, memory_mb=256))
+        r = sb.run(CheckJob(hog, memory_mb=256))
         ok = [int(ln.split()[1]) for ln in r.stdout.splitlines() if ln.startswith("OK")]
         assert r.status in ("ok", "crashed") and (not ok or ok[0] < 6), r
         # pids: a fork loop stops at the cgroup's / rlimit's bound
@@ -122,7 +122,7 @@ def test_cgroups_bound_a_check_as_a_whole():
             "import os, time\nn = 0\nwhile n < 100:\n    try:\n        pid = os.fork()\n    except OSError:\n"
             "        break\n    if pid == 0:\n        time.sleep(5)\n        os._exit(0)\n    n += 1\nprint('N', n)\n"
         )
-        r = sb.run(Job(forks, timeout_s=2, wall_timeout_s=4))
+        r = sb.run(CheckJob(forks, timeout_s=2, wall_timeout_s=4))
         n = int(r.stdout.split()[1])
         assert n <= 8, r.stdout
         assert sb.run(HONEST).status == "ok"

@@ -14,30 +14,18 @@ pytestmark = pytest.mark.container
 
 
 @pytest.fixture(scope="module")
-def docker_backend(tmp_path_factory):
-    pytest.importorskip("docker", reason="the docker SDK is not installed: pip install 'envkit[swe]'")
-    from envs.swe.container import DockerBackend, start_podman_service
-    from envs.swe.sandbox import Limits, SandboxError
+def docker_backend(podman_url):
+    from envs.swe.backend import Limits
+    from envs.swe.container import DockerBackend
 
-    try:
-        url, proc = start_podman_service(tmp_path_factory.mktemp("podman"))
-    except SandboxError as exc:
-        pytest.skip(f"no container engine could start here: {exc}")
-    try:
-        backend = DockerBackend(Limits(output_chars=4000, output_hard_bytes=16 << 20, tmp_mb=32), base_url=url)
-        probe = backend.run("/tmp", "echo ok", cwd="/repo", env=backend.base_env(), timeout=60)
-        if "ok" not in probe.output:
-            pytest.skip(f"podman runs no containers here: {probe.output[-500:]}")
-        yield backend
-        backend.close()
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
+    backend = DockerBackend(Limits(output_chars=4000, output_hard_bytes=16 << 20, tmp_mb=32), base_url=podman_url)
+    yield backend
+    backend.close()
 
 
 @pytest.fixture()
 def tree(tmp_path):
-    from envs.swe.layers import chown_tree
+    from envs.swe.layer_files import chown_tree
 
     t = tmp_path / "tree"
     t.mkdir()

@@ -9,19 +9,26 @@ import re
 import subprocess
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from envs.swe.layers import chown_tree
-from envs.swe.sandbox import Limits, LocalBackend
+from envs.swe.backend import Limits
+from envs.swe.layer_files import chown_tree
+from envs.swe.sandbox import LocalBackend
+
+
+def sandbox_tree(parent: Path, name: str = "tree") -> str:
+    """An empty work tree owned by the sandbox user."""
+    t = parent / name
+    t.mkdir()
+    chown_tree(t, 65534, 65534)
+    return str(t)
 
 
 @pytest.fixture()
 def tree(tmp_path, swe_tasks):
-    t = tmp_path / "tree"
-    t.mkdir()
-    chown_tree(t, 65534, 65534)
-    return str(t)
+    return sandbox_tree(tmp_path)
 
 
 def run(b: LocalBackend, tree: str, cmd: str, timeout: float = 30, env=None):
@@ -147,12 +154,7 @@ def test_writes_outside_the_overlay_fail(tree, swe_tasks):
 
 @pytest.mark.slow
 def test_kill_minus_one_cannot_reach_another_sandbox_or_the_host(tmp_path, swe_tasks):
-    trees = []
-    for name in ("a", "b"):
-        t = tmp_path / name
-        t.mkdir()
-        chown_tree(t, 65534, 65534)
-        trees.append(str(t))
+    trees = [sandbox_tree(tmp_path, name) for name in ("a", "b")]
     host = subprocess.Popen(["sleep", "30"], user=65534, group=65534, extra_groups=[])  # a host process, same uid
     a, b = LocalBackend(), LocalBackend()
     results: dict[str, str] = {}
@@ -176,12 +178,7 @@ def test_kill_minus_one_cannot_reach_another_sandbox_or_the_host(tmp_path, swe_t
 
 @pytest.mark.slow
 def test_process_flood_does_not_starve_another_sandbox(tmp_path, swe_tasks):
-    trees = []
-    for name in ("a", "b"):
-        t = tmp_path / name
-        t.mkdir()
-        chown_tree(t, 65534, 65534)
-        trees.append(str(t))
+    trees = [sandbox_tree(tmp_path, name) for name in ("a", "b")]
     lim = Limits(nproc=64, timeout_s=30)
     a, b = LocalBackend(lim), LocalBackend(lim)
     results: dict[str, str] = {}

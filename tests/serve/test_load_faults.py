@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 import envkit
+from envkit.credit.sero import SeroOptions
 from envkit.errors import EnvkitError
 from envkit.remote import EnvServerError
 from oracles.pipeline import RunConfig, run
@@ -88,7 +89,16 @@ def test_sigkilled_server_gives_a_clear_error_mid_episode_not_a_hang(make_server
 
 
 def _cfg(tmp_path, name, **kw):
-    base = dict(env_id=SHOP, tasks=6, group=2, roots=1, workers=2, backend="inprocess", seed=0, progress=False)
+    base = dict(
+        env_id=SHOP,
+        tasks=6,
+        group=2,
+        sero=SeroOptions(roots_per_group=1),
+        workers=2,
+        backend="inprocess",
+        seed=0,
+        progress=False,
+    )
     return RunConfig(out=str(tmp_path / name), **{**base, **kw})
 
 

@@ -63,6 +63,23 @@ def test_snapshot_is_a_handle_restorable_through_another_session_of_the_same_ser
     b.close()
 
 
+def test_the_client_remembers_a_bounded_number_of_discarded_handles(toy_server, monkeypatch):
+    from envkit.remote import client
+
+    monkeypatch.setattr(client, "DISCARDED_KEPT", 3)
+    env = envkit.make(TOY, remote=toy_server.url)
+    env.reset(seed=0)
+    snaps = [env.snapshot() for _ in range(5)]
+    for s in snaps:
+        env.discard(s)
+    assert len(env.unwrapped._discarded) == 3
+    with pytest.raises(SnapshotError, match="discarded with env"):
+        env.restore(snaps[-1])  # remembered: the local message
+    with pytest.raises(SnapshotError, match="unknown snapshot handle"):
+        env.restore(snaps[0])  # forgotten locally: the server still refuses it
+    env.close()
+
+
 def test_bad_requests_get_clear_errors(toy_server):
     env = envkit.make(TOY, remote=toy_server.url)
     with pytest.raises(ResetNeededError, match="before reset"):
@@ -72,6 +89,11 @@ def test_bad_requests_get_clear_errors(toy_server):
         env.step(3)  # type: ignore[arg-type]
     with pytest.raises(InvalidActionError, match="exceeds the limit"):
         env._t.call("step", action="x" * (env.action_space.max_length + 1))
+    with pytest.raises(InvalidActionError, match="not valid Unicode"):
+        env.step("right\ud800")  # refused by the client
+    with pytest.raises(InvalidActionError, match="not valid Unicode"):
+        env._t.call("step", action="right\ud800")  # and by the server (JSON carries it as an escape)
+    assert env.step("right")[0].startswith("You are at cell 1 ")  # the refused actions changed nothing
     with pytest.raises(ValueError, match="unknown operation"):
         env._t.call("teleport")
     with pytest.raises(ValueError, match="invalid request: action"):

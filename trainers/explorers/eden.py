@@ -1,6 +1,6 @@
 """EDEN: Embedding-space Directional Exploration via anchored Noise (docs/methods.md section 5), backend-agnostic maths.
 
-API summary (numpy; the engines that generate and score live in trainers/local.py and trainers/openrlhf/):
+API summary (numpy; the engines that generate and score live in trainers/local/trainer.py and trainers/openrlhf/):
     EdenConfig(group_size=16, n_noisy=4, rho=0.12, n_anchors=8, top_p=0.5, gamma=0.5, tau_r=1.0, ...)
     build_anchor_bank(embeddings (V, d), vocab, score_fn, config, rng) -> AnchorBank     (see explorers.anchors)
     noisy_mask(n_prompts, group_size, n_noisy) -> (P * G,) bool            the last n_noisy rows of each group

@@ -29,17 +29,23 @@ class ArgvError(ValueError):
     """The command line asks for something this backend cannot do; the message says what to change."""
 
 
+#: Sections of envkit's own dotted options (`BackendConfig`'s nested configs: ``--adv.gamma``, ``--eden.rho``).
+OUR_SECTIONS = ("adv", "sero-opts", "sero_opts", "eden", "xrpo")
+
+
 def _is_openrlhf_flag(token: str) -> bool:
-    """OpenRLHF 0.11.2's flags are dotted (``--rollout.batch_size``); none of envkit's options is."""
-    return token.startswith("--") and "." in token[2:].split("=", 1)[0]
+    """OpenRLHF 0.11.2's flags are dotted (``--rollout.batch_size``); envkit's dotted ones are `OUR_SECTIONS`."""
+    if not token.startswith("--") or "." not in token[2:].split("=", 1)[0]:
+        return False
+    return token[2:].split(".", 1)[0] not in OUR_SECTIONS
 
 
 def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     """Split into (our options, OpenRLHF's flags).
 
-    At the first ``--`` when there is one; otherwise at the first dotted ``--section.name`` flag, because a
-    caller such as click may already have consumed the ``--`` (``envkit-train openrlhf ...`` goes through typer).
-    OpenRLHF's two undotted flags (``--local_rank``, ``--use_ms``) must then follow a dotted one or a ``--``.
+    At the first ``--`` when there is one; otherwise at the first dotted ``--section.name`` flag whose section is
+    not one of envkit's (`OUR_SECTIONS`), for a caller that consumed the ``--`` (click does). OpenRLHF's two
+    undotted flags (``--local_rank``, ``--use_ms``) must then follow a dotted one or a ``--``.
     """
     args = list(argv)
     if "--" in args:

@@ -1,14 +1,16 @@
 """``envkit-train openrlhf``: OpenRLHF 0.11.2's ``train_ppo_ray`` with envkit's advantages and explorers.
 
-Usage::
+Usage (``envkit-train openrlhf --help`` lists every option with its default)::
 
     envkit-train openrlhf [--explorer none|eden|xrpo] [--advantage grpo|gigpo|graphgpo] [--sero] [--env ID]
-                          [--adv K=V ...] [--eden K=V ...] [--xrpo K=V ...] [--sero-opt K=V ...] [--dry-run]
-                          -- <any openrlhf.cli.train_ppo_ray flag>
+                          [--adv.FIELD V ...] [--eden.FIELD V ...] [--xrpo.FIELD V ...] [--sero-opts.FIELD V ...]
+                          [--dry-run] -- <any openrlhf.cli.train_ppo_ray flag>
 
 What `main` does:
 
-1. splits argv at ``--`` (`trainers.openrlhf.argv`), parses ours into a `BackendConfig`;
+1. splits argv at ``--`` (`trainers.openrlhf.argv`), parses ours into a `BackendConfig` with tyro (the nested
+   `AdvantageOptions`, `SeroOptions`, `EdenConfig` and `XrpoConfig` as dotted options; EDEN's and XRPO's
+   defaults shown sized to the run's ``--rollout.n_samples_per_prompt``);
 2. rewrites OpenRLHF's flags: forces ``--algo.advantage.estimator group_norm`` and
    ``--train.agent_func_path <trainers/openrlhf/agent_executor.py>``, refuses ``--train.async_enable``;
 3. starts Ray with the config in the runtime env (`CONFIG_ENV`), so every worker reads the same options;
@@ -22,44 +24,27 @@ before Ray starts (no GPU needed, but ``vllm`` must import).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import runpy
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
-from enum import StrEnum
+from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Annotated, Any
 
-import typer
+import tyro
 
+from oracles.command_line import cli, fail
 from trainers.openrlhf.argv import ArgvError, int_flag, openrlhf_argv, split_argv
-from trainers.openrlhf.config import (
-    CONFIG_ENV,
-    AdvantageOptions,
-    BackendConfig,
-    SeroOptions,
-    field_names,
-    parse_overrides,
-)
+from trainers.openrlhf.config import CONFIG_ENV, BackendConfig
 
 #: The agent executor file OpenRLHF loads with ``--train.agent_func_path``.
 EXECUTOR_PATH = str(Path(__file__).with_name("agent_executor.py").resolve())
 OPENRLHF_MODULE = "openrlhf.cli.train_ppo_ray"
-
-
-class Explorer(StrEnum):
-    none = "none"
-    eden = "eden"
-    xrpo = "xrpo"
-
-
-class Advantage(StrEnum):
-    grpo = "grpo"
-    gigpo = "gigpo"
-    graphgpo = "graphgpo"
 
 
 class _Stop(Exception):
@@ -70,70 +55,61 @@ class _Stop(Exception):
         self.resolved = args
 
 
-def _eden_anchor_ids(bank: Path | None, anchors: str | None) -> tuple[int, ...]:
-    if bank is not None:
-        from trainers.explorers.anchors import AnchorBank
+@dataclass(frozen=True)
+class OpenRLHFCommand:
+    """Train with OpenRLHF 0.11.2 (Ray + DeepSpeed + vLLM) with envkit's envs, advantages and explorers;
+    OpenRLHF's own flags go after '--'.
 
-        if not bank.exists():
-            raise ValueError(f"--eden-bank {bank}: no such file (write one with AnchorBank.save)")
-        return tuple(int(t) for t in AnchorBank.load(bank).token_ids)
-    if anchors:
-        try:
-            return tuple(int(t) for t in anchors.split(","))
-        except ValueError as exc:
-            raise ValueError(f"--eden-anchors {anchors!r}: expected comma-separated token ids") from exc
-    return ()
+    Attributes:
+        backend: envkit's options (`BackendConfig`).
+        dry_run: Resolve OpenRLHF's args, print them as JSON and stop (no GPU, no Ray).
+    """
+
+    backend: Annotated[BackendConfig, tyro.conf.arg(name="")]
+    dry_run: bool = False
 
 
-def build_config(
-    *,
-    explorer: str,
-    advantage: str,
-    sero: bool,
-    env: str | None,
-    env_kwargs: str,
-    max_turns: int,
-    feedback_template: str,
-    seed: int,
-    adv: list[str] | None,
-    eden: list[str] | None,
-    xrpo: list[str] | None,
-    sero_opt: list[str] | None,
-    eden_bank: Path | None,
-    eden_anchors: str | None,
-    openrlhf_flags: Sequence[str],
-) -> BackendConfig:
-    """`BackendConfig` from our options and the OpenRLHF flags that size the rollout budget."""
+def build_config(ours: Sequence[str], openrlhf_flags: Sequence[str]) -> OpenRLHFCommand:
+    """Our options (tyro) on top of the defaults that OpenRLHF's flags fix (the rollout budget).
+
+    EDEN's and XRPO's configs default to their documented values sized to the run; an explorer config left at
+    those defaults is stored as None (sized again wherever it is read), one that was changed for an explorer
+    that is not chosen is refused. Every error exits 2 with one ``error:`` line.
+    """
+    prog = "envkit-train openrlhf"
     try:
-        kwargs = json.loads(env_kwargs)
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"--env-kwargs {env_kwargs!r}: expected a JSON object, e.g. '{{\"max_steps\": 30}}'") from exc
-    eden_fields = xrpo_fields = None
-    if eden:
-        from trainers.explorers.eden import EdenConfig
-
-        eden_fields = field_names(EdenConfig)
-    if xrpo:
-        from trainers.explorers.xrpo import XrpoConfig
-
-        xrpo_fields = field_names(XrpoConfig)
-    return BackendConfig(
-        explorer=explorer,
-        advantage=advantage,
-        sero=sero,
-        env_id=env,
-        env_kwargs=kwargs,
-        max_turns=max_turns,
-        feedback_template=feedback_template,
-        n_samples_per_prompt=int_flag(openrlhf_flags, "--rollout.n_samples_per_prompt", 1),
-        rollout_batch_size=int_flag(openrlhf_flags, "--rollout.batch_size", 1024),
-        seed=seed,
-        adv=AdvantageOptions(**parse_overrides(adv, field_names(AdvantageOptions), "--adv")),
-        sero_opts=SeroOptions(**parse_overrides(sero_opt, field_names(SeroOptions), "--sero-opt")),
-        eden=parse_overrides(eden, eden_fields, "--eden"),
-        xrpo=parse_overrides(xrpo, xrpo_fields, "--xrpo"),
-        eden_anchors=_eden_anchor_ids(eden_bank, eden_anchors),
-    )
+        n = int_flag(openrlhf_flags, "--rollout.n_samples_per_prompt", 1)
+        batch = int_flag(openrlhf_flags, "--rollout.batch_size", 1024)
+    except ArgvError as exc:
+        fail(str(exc), prog=prog)
+    # our options are parsed first (an unknown one is reported before a bad budget), on a valid budget
+    base = BackendConfig(n_samples_per_prompt=max(n, 2), rollout_batch_size=max(batch, 1))
+    eden, xrpo = base.sized_eden(), base.sized_xrpo()
+    default = OpenRLHFCommand(backend=dataclasses.replace(base, eden=eden, xrpo=xrpo))
+    cmd = cli(
+        OpenRLHFCommand, args=ours, prog=prog, default=default, config=(tyro.conf.AvoidSubcommands,),
+        error_prefix=prog,
+    )  # fmt: skip
+    cfg = cmd.backend
+    try:
+        if (n, batch) != (base.n_samples_per_prompt, base.rollout_batch_size):
+            cfg = dataclasses.replace(cfg, n_samples_per_prompt=n, rollout_batch_size=batch)
+    except ValueError as exc:
+        fail(str(exc), prog=prog)
+    # n_anchors is unused on OpenRLHF (the bank is given): an EDEN config that differs only there is untouched
+    if cfg.eden is not None and dataclasses.replace(cfg.eden, n_anchors=eden.n_anchors) == eden:
+        cfg = dataclasses.replace(cfg, eden=None)
+    if cfg.xrpo == xrpo:
+        cfg = dataclasses.replace(cfg, xrpo=None)
+    for name in ("eden", "xrpo"):
+        if getattr(cfg, name) is not None and cfg.explorer != name:
+            fail(f"--{name}.* options were given but --explorer is not '{name}'", prog=prog)
+    try:
+        if cfg.explorer == "xrpo":
+            cfg.xrpo_config()
+    except ValueError as exc:
+        fail(str(exc), prog=prog)
+    return dataclasses.replace(cmd, backend=cfg)
 
 
 @contextlib.contextmanager
@@ -230,70 +206,26 @@ def _check_vllm() -> None:
         ) from exc
 
 
-def _command(
-    explorer: Annotated[Explorer, typer.Option(help="Exploration strategy.")] = Explorer.none,
-    advantage: Annotated[
-        Advantage, typer.Option(help="Advantage estimator (gigpo/graphgpo: multi-turn envs).")
-    ] = Advantage.grpo,
-    sero: Annotated[bool, typer.Option(help="Add SERO oracle continuations from restored states.")] = False,
-    env: Annotated[str | None, typer.Option(help="Default envkit env id of a task (labels may name another).")] = None,
-    env_kwargs: Annotated[str, typer.Option(help="JSON kwargs for gymnasium.make(env).")] = "{}",
-    max_turns: Annotated[int, typer.Option(help="Policy turns per episode (0: the env's own limit).")] = 0,
-    feedback_template: Annotated[str, typer.Option(help="How an observation follows an action.")] = "\n{obs}\n",
-    seed: Annotated[int, typer.Option(help="Seed of EDEN's anchors/noise and XRPO's planner.")] = 0,
-    adv: Annotated[list[str] | None, typer.Option(help="Advantage option KEY=VALUE (repeat).")] = None,
-    eden: Annotated[list[str] | None, typer.Option(help="EdenConfig field KEY=VALUE (repeat).")] = None,
-    xrpo: Annotated[list[str] | None, typer.Option(help="XrpoConfig field KEY=VALUE (repeat).")] = None,
-    sero_opt: Annotated[list[str] | None, typer.Option(help="SeroOptions field KEY=VALUE (repeat).")] = None,
-    eden_bank: Annotated[Path | None, typer.Option(help="EDEN AnchorBank .npz (AnchorBank.save).")] = None,
-    eden_anchors: Annotated[str | None, typer.Option(help="EDEN anchor token ids, comma-separated.")] = None,
-    dry_run: Annotated[bool, typer.Option(help="Resolve OpenRLHF's args, print them as JSON, stop.")] = False,
-) -> dict[str, Any]:
-    """Train with OpenRLHF 0.11.2 (Ray + DeepSpeed + vLLM); OpenRLHF's own flags go after '--'."""
-    return dict(locals())
-
-
-def _parse_ours(ours: list[str]) -> dict[str, Any] | int:
-    app = typer.Typer(add_completion=False)
-    app.command(name="openrlhf")(_command)
-    cmd = typer.main.get_command(app)
-    try:
-        rv = cmd.main(args=ours, prog_name="envkit-train openrlhf", standalone_mode=False)
-    except typer.Exit as exc:  # --help
-        return int(exc.exit_code)
-    except Exception as exc:  # click's UsageError and friends
-        show = getattr(exc, "show", None)
-        if show is None:
-            raise
-        show()
-        return 2
-    if isinstance(rv, int):
-        return rv
-    return dict(rv)
-
-
 def main(argv: list[str] | None = None) -> int:
-    """Entry point of ``envkit-train openrlhf``; returns the process exit code."""
+    """Entry point of ``envkit-train openrlhf``; returns the process exit code (2 with one ``error:`` line)."""
     argv = sys.argv[1:] if argv is None else list(argv)
     ours, theirs = split_argv(argv)
-    parsed = _parse_ours(ours)
-    if isinstance(parsed, int):
-        return parsed
-    dry_run = parsed.pop("dry_run")
-    parsed["explorer"] = parsed["explorer"].value
-    parsed["advantage"] = parsed["advantage"].value
+    prog = "envkit-train openrlhf"
     try:
-        flags = openrlhf_argv(theirs, executor_path=EXECUTOR_PATH, explorer=parsed["explorer"])
-        config = build_config(**parsed, openrlhf_flags=flags)
-        _check_vllm()
-    except (ArgvError, ValueError, RuntimeError) as exc:
-        print(f"envkit-train openrlhf: error: {exc}", file=sys.stderr)
-        return 2
-    if dry_run:
+        cmd = build_config(ours, theirs)
+        try:
+            flags = openrlhf_argv(theirs, executor_path=EXECUTOR_PATH, explorer=cmd.backend.explorer)
+            _check_vllm()
+        except (ArgvError, RuntimeError) as exc:
+            fail(str(exc), prog=prog)
+    except SystemExit as exc:  # --help (0) or an error already printed (2)
+        return int(exc.code or 0)
+    if cmd.dry_run:
         args = resolve_openrlhf_args(flags)
-        print(json.dumps({"envkit": json.loads(config.to_json()), "openrlhf": _plain(args), "argv": flags}, indent=1))
+        out = {"envkit": json.loads(cmd.backend.to_json()), "openrlhf": _plain(args), "argv": flags}
+        print(json.dumps(out, indent=1))
         return 0
-    run(config, flags)
+    run(cmd.backend, flags)
     return 0
 
 

@@ -4,8 +4,9 @@ Called by `GymAgentExecutor.finish_group` after a group's rollouts (one prompt, 
 vLLM rollout actor that ran them:
 
 1. the group's episodes (kept with their snapshots while ``--sero`` is on) become `envkit.core.Trajectory`s and
-   `envkit.credit.sero.select_roots` picks roots on failed trajectories (deepest first, no known path to success);
-2. `envkit.credit.sero.continue_from_root` restores each root (native snapshot, else verified replay) and lets the env's
+   `envkit.credit.sero.select_roots` picks roots on failed trajectories (deepest first, no known path to success;
+   a root the oracle proves dead is replaced by the next candidate, `envkit.credit.sero.RootRounds`);
+2. `oracles.continuation.continue_from_root` restores each root (native snapshot, else verified replay) and lets the env's
    oracle act in the live env; only continuations the env confirms as success are used;
 3. the oracle row is the failed rollout's tokens up to the root, then the oracle's actions (tokenised, EOS
    appended like a policy turn) and the env's observations; its policy-prefix turns keep weight 1 and each oracle
@@ -77,7 +78,7 @@ async def sero_group(
     sampling_params: Any,
 ) -> list[dict]:
     """The group's responses with up to ``roots_per_group`` failed rollouts replaced by oracle rows."""
-    from envkit.credit.sero import select_roots
+    from envkit.credit.sero import RootRounds
     from oracles.continuation import continue_from_root, job_for
 
     cfg: BackendConfig = executor.config
@@ -87,11 +88,12 @@ async def sero_group(
         return responses
     horizon = cfg.max_turns or opts.oracle_max_steps
     trajs = [e.trajectory(rec.success) for e, rec in zip(episodes, records)]  # type: ignore[union-attr]
-    scfg = opts.sero_config(horizon)
+    scfg = opts.resolve(horizon=horizon)
     cap = min(opts.roots_per_group, int(np.floor(opts.max_oracle_share * len(responses))))
     out = list(responses)
     used: set[int] = set()
-    for root in select_roots(trajs, group=0, config=scfg):
+    picker = RootRounds(trajs, 0, scfg)  # a root the oracle proves dead is replaced by the next candidate
+    for root in (r for roots in iter(picker.pick, []) for r in roots):
         if len(used) >= cap or root.trajectory in used:
             continue
         task = episodes[root.trajectory].task  # type: ignore[union-attr]
@@ -102,6 +104,7 @@ async def sero_group(
             )
         finally:
             executor._release(task, env)
+        picker.settle(dead=outcome.dead_end)
         if not outcome.success:
             continue
         row = await _oracle_row(
@@ -133,7 +136,6 @@ async def _oracle_row(
     sampling_params: Any,
 ) -> dict | None:
     """Tokens and record of one oracle row (None when it does not fit in ``max_length``)."""
-    from envkit.credit.reachability import reachability_weights
 
     tokens = list(response["observation_tokens"])
     if t < len(record.turns):
@@ -153,7 +155,7 @@ async def _oracle_row(
         return None
     logprobs = await actor.prompt_logprobs(tokens)  # logprobs[i] is the log-prob of tokens[i + 1]
     loglik = [float(np.mean(logprobs[s - 1 : e - 1])) for s, e in spans]
-    weights = reachability_weights(loglik, cfg.sero_opts.p_floor, cfg.sero_opts.tau_w, cfg.sero_opts.w_min)
+    weights = cfg.sero_opts.reach.weights(loglik)
     oracle_turns = [
         Turn(
             st.observation,

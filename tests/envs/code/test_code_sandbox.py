@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from envs.code.sandbox import Job, Sandbox, SandboxConfig, SandboxUnavailableError
+from envs.code.sandbox import CheckJob, Sandbox, SandboxConfig, SandboxUnavailableError
 
 UID_BASE = 61000
 SLOTS = 2
@@ -46,7 +46,7 @@ def _slot_processes() -> list[int]:
 
 
 def _still_serves(sb: Sandbox) -> None:
-    r = sb.run(Job("def f(x):\n    return x + 1\n", units=(("assert candidate(1) == 2", True),), entry_point="f"))
+    r = sb.run(CheckJob("def f(x):\n    return x + 1\n", units=(("assert candidate(1) == 2", True),), entry_point="f"))
     assert (r.status, r.results) == ("ok", (True,)), r
     assert _slot_processes() == []
 
@@ -54,7 +54,7 @@ def _still_serves(sb: Sandbox) -> None:
 def test_isolation_report(sandbox):
     iso = sandbox.isolation
     assert iso["netns"] and iso["readonly_fs"] and iso["uid_drop"], iso
-    r = sandbox.run(Job("import os\nprint(os.getuid(), os.getgid(), os.getcwd())"))
+    r = sandbox.run(CheckJob("import os\nprint(os.getuid(), os.getgid(), os.getcwd())"))
     uid, gid, cwd = r.stdout.split()
     assert UID_BASE <= int(uid) < UID_BASE + SLOTS and gid == uid and cwd.startswith("/tmp/c")
 
@@ -70,7 +70,7 @@ def test_no_network(sandbox):
         *((connect.format(addr), True) for addr in addrs),
         ("assert open('/proc/net/dev').read().count(':') <= 2", True),  # only a loopback device here
     )
-    r = sandbox.run(Job("import socket\n", units=tests))
+    r = sandbox.run(CheckJob("import socket\n", units=tests))
     listener.settimeout(0.2)
     with pytest.raises(TimeoutError):
         listener.accept()  # nothing reached the host's loopback (a connection would wait in the backlog)
@@ -107,7 +107,7 @@ def test_no_writes_outside_its_directory(sandbox, tmp_path):
             True,
         ),
     )
-    r = sandbox.run(Job("", units=units))
+    r = sandbox.run(CheckJob("", units=units))
     assert r.status == "ok" and all(r.results), r
     for p in targets:
         assert not Path(p).exists() and not (Path("/tmp") / p).exists(), p
@@ -117,11 +117,11 @@ def test_no_writes_outside_its_directory(sandbox, tmp_path):
 def test_fork_bomb_is_bounded_and_cleaned_up(sandbox):
     bomb = "import os, time\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        time.sleep(0.01)\n"
     t0 = time.monotonic()
-    r = sandbox.run(Job(bomb, timeout_s=1.5))
+    r = sandbox.run(CheckJob(bomb, timeout_s=1.5))
     assert r.status == "timeout" and time.monotonic() - t0 < 8, r
     # Escaped daemons (double fork + setsid) are killed too.
     daemon = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n        time.sleep(60)\n"
-    r = sandbox.run(Job(daemon))
+    r = sandbox.run(CheckJob(daemon))
     assert r.status == "ok", r
     _still_serves(sandbox)
 
@@ -135,7 +135,7 @@ def test_memory_is_bounded(sandbox):
             True,
         ),
     )
-    r = sandbox.run(Job("", units=units, memory_mb=256, timeout_s=8))
+    r = sandbox.run(CheckJob("", units=units, memory_mb=256, timeout_s=8))
     assert r.status == "ok" and r.results == (True, True), r
     _still_serves(sandbox)
 
@@ -144,19 +144,22 @@ def test_time_limit(sandbox):
     # CPU time is limited by RLIMIT_CPU (1 s here); sleeping or blocking by the wall-clock backstop (2 s here).
     t0 = time.monotonic()
     spin, sleep = sandbox.run_many(
-        [Job("while True:\n    pass\n", timeout_s=1), Job("import time\ntime.sleep(60)", timeout_s=1, wall_timeout_s=2)]
+        [
+            CheckJob("while True:\n    pass\n", timeout_s=1),
+            CheckJob("import time\ntime.sleep(60)", timeout_s=1, wall_timeout_s=2),
+        ]
     )
     assert spin.status == "timeout" and sleep.status == "timeout", (spin, sleep)
     assert spin.cpu_s >= 0.9 and time.monotonic() - t0 < 10
     partial = sandbox.run(
-        Job("import time", units=(("pass", True), ("time.sleep(30)", True)), timeout_s=1, wall_timeout_s=2)
+        CheckJob("import time", units=(("pass", True), ("time.sleep(30)", True)), timeout_s=1, wall_timeout_s=2)
     )
     assert partial.status == "timeout" and partial.results == (True, None)
     _still_serves(sandbox)
 
 
 def test_output_file_size_and_privileges(sandbox):
-    r = sandbox.run(Job("print('x' * 10_000_000)"))
+    r = sandbox.run(CheckJob("print('x' * 10_000_000)"))
     assert r.status == "ok" and len(r.stdout) == 4096 and r.output_dropped > 9_000_000
     units = (
         (
@@ -176,10 +179,10 @@ def test_output_file_size_and_privileges(sandbox):
             True,
         ),
     )
-    r = sandbox.run(Job("", units=units))
+    r = sandbox.run(CheckJob("", units=units))
     assert r.status == "ok" and all(r.results), r
     # A program that kills itself or exits early is reported, not trusted.
-    r = sandbox.run(Job("import os\nos._exit(0)", units=(("pass", True),)))
+    r = sandbox.run(CheckJob("import os\nos._exit(0)", units=(("pass", True),)))
     assert r.status == "crashed" and r.results == (None,)
     _still_serves(sandbox)
 
@@ -188,9 +191,9 @@ def test_sysv_shared_memory_is_bounded_and_removed(sandbox):
     if not sandbox.isolation.get("ipcns"):
         pytest.skip("no private IPC namespace: " + str(sandbox.isolation.get("ipc_why")))
     grab = "import ctypes\nlibc = ctypes.CDLL(None)\nprint(sum(libc.shmget(k + 1, 60 << 20, 0o1600) >= 0 for k in range(50)))"
-    r = sandbox.run(Job(grab))
+    r = sandbox.run(CheckJob(grab))
     assert r.status == "ok" and int(r.stdout) <= 4, r  # 256 MiB in all, whatever the host allows
-    r = sandbox.run(Job("print(len(open('/proc/sysvipc/shm').read().splitlines()) - 1)"))
+    r = sandbox.run(CheckJob("print(len(open('/proc/sysvipc/shm').read().splitlines()) - 1)"))
     assert r.stdout.strip() == "0"  # removed after the check that made them
 
 
@@ -201,13 +204,13 @@ def test_simple_result_forgery_fails(sandbox):
     )
     units = (("assert candidate() == 2", True),)
     for program in (rebind, "import sys\nsys.exit(0)", "import os\nos.write(3, b'P 0 0\\nD 0\\n')\nos._exit(0)"):
-        r = sandbox.run(Job(program, units=units, entry_point="f"))
+        r = sandbox.run(CheckJob(program, units=units, entry_point="f"))
         assert r.results != (True,), (program, r)
 
 
 def test_many_jobs_in_parallel_keep_order(sandbox):
     jobs = [
-        Job(f"def f():\n    return {i}\n", units=((f"assert candidate() == {i}", True),), entry_point="f")
+        CheckJob(f"def f():\n    return {i}\n", units=((f"assert candidate() == {i}", True),), entry_point="f")
         for i in range(20)
     ]
     rs = sandbox.run_many(jobs)

@@ -9,36 +9,13 @@ import pytest
 pytestmark = pytest.mark.container
 
 
-@pytest.fixture(scope="module")
-def engine(tmp_path_factory):
-    pytest.importorskip("docker", reason="the docker SDK is not installed: pip install 'envkit[swe]'")
-    from envs.swe.container import DockerBackend, start_podman_service
-    from envs.swe.sandbox import SandboxError
-
-    try:
-        url, proc = start_podman_service(tmp_path_factory.mktemp("podman"))
-    except SandboxError as exc:
-        pytest.skip(f"no container engine could start here: {exc}")
-    try:
-        backend = DockerBackend(base_url=url)
-        probe = backend.run("/tmp", "echo ok", cwd="/repo", env=backend.base_env(), timeout=60)
-        if "ok" not in probe.output:
-            pytest.skip(f"podman runs no containers here: {probe.output[-500:]}")
-        yield url
-    except Exception as exc:
-        pytest.skip(f"podman could not run a container here: {exc}")
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-
-
-def test_docker_backend_env_isolation_snapshot_and_reward(engine, swe_tasks):
+def test_docker_backend_env_isolation_snapshot_and_reward(podman_url, swe_tasks):
     from envs.swe.container import DockerBackend
     from envs.swe.env import SWEEnv
     from oracles.base import run_oracle
     from oracles.swe import GoldPatchOracle
 
-    env = SWEEnv(tasks=swe_tasks, backend=DockerBackend(base_url=engine), max_steps=20)
+    env = SWEEnv(tasks=swe_tasks, backend=DockerBackend(base_url=podman_url), max_steps=20)
     try:
         obs, info = env.reset(seed=0, options={"index": 0})
         out, *_, info = env.step(

@@ -6,8 +6,9 @@ import os
 
 import pytest
 
-from envs.swe.layers import chown_tree
-from envs.swe.sandbox import Limits, LocalBackend
+from envs.swe.backend import Limits
+from envs.swe.layer_files import chown_tree
+from envs.swe.sandbox import LocalBackend
 
 
 @pytest.fixture()

@@ -10,9 +10,10 @@ import pytest
 pytest.importorskip("bm25s")
 
 from envkit.errors import EnvkitError
-from envs.webshop.catalog import Goal, build_catalog
+from envs.webshop.catalog import build_catalog
 from envs.webshop.env import WebShopEnv
 from envs.webshop.generated import generate_raw
+from envs.webshop.products import WebShopGoal
 from oracles.base import make_oracle, run_oracle
 from oracles.webshop import WebShopOracle, target_options
 
@@ -95,7 +96,7 @@ def test_oracle_reports_why_it_cannot():
     products, attrs = generate_raw(seed=0)
     cat = build_catalog(products, attrs)
     p = cat.products[0]
-    g = Goal(
+    g = WebShopGoal(
         p.asin,
         "x",
         p.attributes[:1],

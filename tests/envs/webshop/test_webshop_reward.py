@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("rapidfuzz")
 
-from envs.webshop.catalog import Goal, Product
+from envs.webshop.products import Product, WebShopGoal
 from envs.webshop.reward import get_reward, normalize_color, token_set_ratio, type_reward
 from envs.webshop.reward_legacy import title_nouns
 
@@ -42,7 +42,7 @@ def product(**kw) -> Product:
     return Product(**base)  # type: ignore[arg-type]
 
 
-def goal(**kw) -> Goal:
+def goal(**kw) -> WebShopGoal:
     base = dict(
         asin="B000000001",
         instruction_text="i need paraben free, long lasting shampoo",
@@ -56,7 +56,7 @@ def goal(**kw) -> Goal:
         product_category="Beauty & Personal Care › Hair Care › Shampoo",
     )
     base.update(kw)
-    return Goal(**base)  # type: ignore[arg-type]
+    return WebShopGoal(**base)  # type: ignore[arg-type]
 
 
 def test_upstream_normalize_color_cases():

@@ -18,8 +18,9 @@ import pytest
 
 pytest.importorskip("rapidfuzz")
 
-from envs.webshop.catalog import Goal, Product, load_catalog
+from envs.webshop.catalog import load_catalog
 from envs.webshop.nouns import shipped_nouns, spacy_nouns
+from envs.webshop.products import Product, WebShopGoal
 from envs.webshop.reward import get_reward, token_set_ratio
 
 _spec = importlib.util.spec_from_file_location("upstream_reference", Path(__file__).with_name("upstream_reference.py"))
@@ -29,7 +30,7 @@ sys.modules["upstream_reference"] = ref
 _spec.loader.exec_module(ref)
 
 
-def _wrong(p: Product, g: Goal, options: dict[str, str]) -> bool:
+def _wrong(p: Product, g: WebShopGoal, options: dict[str, str]) -> bool:
     if p.asin != g.asin:
         return True
     if g.option_names:
@@ -102,7 +103,7 @@ def _product(**kw) -> Product:
     return Product(**base)  # type: ignore[arg-type]
 
 
-def _goal(**kw) -> Goal:
+def _goal(**kw) -> WebShopGoal:
     base = dict(
         asin="B0CHARGER1",
         instruction_text="i need a water resistant webcam",
@@ -116,10 +117,10 @@ def _goal(**kw) -> Goal:
         product_category="Electronics › Computers › Webcam",
     )
     base.update(kw)
-    return Goal(**base)  # type: ignore[arg-type]
+    return WebShopGoal(**base)  # type: ignore[arg-type]
 
 
-def _both(p: Product, g: Goal, price: float, opts: dict[str, str], **kw) -> tuple[float, float]:
+def _both(p: Product, g: WebShopGoal, price: float, opts: dict[str, str], **kw) -> tuple[float, float]:
     up, _ = ref.get_reward(ref.purchased_dict(p), ref.goal_dict(g), price, opts, nouns=spacy_nouns, **kw)
     return get_reward(p, g, price, opts).score, up
 

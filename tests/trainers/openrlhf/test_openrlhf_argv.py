@@ -29,21 +29,21 @@ def test_split_at_first_double_dash():
 
 
 def test_split_without_double_dash_at_first_dotted_flag():
-    """click (envkit-train's typer app) consumes the '--': the first dotted OpenRLHF flag starts theirs."""
-    argv = ["--adv", "gamma=0.9", "--env", "envkit/Toy-v0", "--rollout.batch_size=4", "--use_ms", "--x.y", "1"]
+    """A caller that consumed the '--' (click does): the first dotted OpenRLHF flag starts theirs."""
+    argv = ["--adv.gamma", "0.9", "--env", "envkit/Toy-v0", "--rollout.batch_size=4", "--use_ms", "--x.y", "1"]
     assert split_argv(argv) == (argv[:4], argv[4:])
 
 
 def test_envkit_train_cli_passes_openrlhf_flags(capsys):
-    """Through the real `envkit-train` typer app (trainers/cli.py), which drops the '--' before calling main."""
-    from typer.testing import CliRunner
-
-    from trainers.cli import app
+    """Through the real `envkit-train` console entry (trainers/cli.py), which passes the '--' on unchanged."""
+    from trainers.cli import main
 
     argv = ["openrlhf", "--advantage", "graphgpo", "--dry-run", "--", "--rollout.n_samples_per_prompt", "4"]
-    result = CliRunner().invoke(app, [*argv, "--actor.model_name_or_path", "m"])
-    assert result.exit_code == 0, result.output
-    out = json.loads(result.stdout[result.stdout.index("{") :])
+    with pytest.raises(SystemExit) as done:
+        main([*argv, "--actor.model_name_or_path", "m"])
+    stdout = capsys.readouterr().out
+    assert done.value.code == 0, stdout
+    out = json.loads(stdout[stdout.index("{") :])
     assert out["envkit"]["advantage"] == "graphgpo"
     assert out["openrlhf"]["rollout"]["n_samples_per_prompt"] == 4
 
@@ -101,8 +101,8 @@ def test_main_rejects_unknown_option_and_bad_overrides(capsys):
 
     assert main(["--bogus"]) == 2
     assert "No such option" in capsys.readouterr().err
-    assert main(["--adv", "gama=0.9", "--", "--rollout.n_samples_per_prompt", "4"]) == 2
-    assert "did you mean 'gamma'" in capsys.readouterr().err
+    assert main(["--adv.gama", "0.9", "--", "--rollout.n_samples_per_prompt", "4"]) == 2
+    assert "did you mean --adv.gamma" in capsys.readouterr().err
     assert main(["--", "--rollout.n_samples_per_prompt", "1"]) == 2
     assert ">= 2 rollouts" in capsys.readouterr().err
 
@@ -117,8 +117,8 @@ def test_dry_run_goes_through_openrlhfs_real_parser(capsys):
             "gigpo",
             "--env",
             "envkit/Toy-v0",
-            "--adv",
-            "gamma=0.9",
+            "--adv.gamma",
+            "0.9",
             "--dry-run",
             "--",
             "--rollout.n_samples_per_prompt",

@@ -13,6 +13,8 @@ import numpy as np
 import pytest
 import torch
 
+from trainers.explorers.eden import EdenConfig
+
 N_PER = 4
 PROMPT = 5
 
@@ -193,7 +195,10 @@ def test_eden_absorb_matches_trainer_core_and_drops_by_mask(strategy_factory):
     groups = [f"p{i // N_PER}" for i in range(12)]
     records = [_record(groups[i], i % N_PER, success=bool(r), noisy=noisy[i]) for i, r in enumerate(rewards)]
     cfg = BackendConfig(
-        explorer="eden", n_samples_per_prompt=N_PER, eden={"n_noisy": 2, "top_p": 0.5, "gamma": 0.5}, eden_anchors=(7,)
+        explorer="eden",
+        n_samples_per_prompt=N_PER,
+        eden=EdenConfig(group_size=N_PER, n_noisy=2, top_p=0.5, gamma=0.5),
+        eden_anchors=(7,),
     )
     want = eden_advantages(rewards, groups, noisy, cfg.eden_config())
     exps = _experiences(rewards, [3] * 12, records=records, kl_scale=0.0)

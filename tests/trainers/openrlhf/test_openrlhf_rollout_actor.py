@@ -15,6 +15,8 @@ import numpy as np
 import pytest
 import torch
 
+from trainers.explorers.eden import EdenConfig
+
 
 class HFEngine:
     """Serves vLLM-style requests (TokensPrompt dicts or {"prompt_embeds"}) with a transformers model, greedily."""
@@ -160,7 +162,10 @@ def test_eden_plan_shares_one_anchor_per_prompt():
     from trainers.openrlhf.samples import eden_specs
 
     cfg = BackendConfig(
-        explorer="eden", n_samples_per_prompt=8, eden_anchors=(11, 22, 33), eden={"n_noisy": 2, "warmup_steps": 10}
+        explorer="eden",
+        n_samples_per_prompt=8,
+        eden_anchors=(11, 22, 33),
+        eden=EdenConfig(group_size=8, n_noisy=2, warmup_steps=10),
     )
     rng = np.random.default_rng(0)
     plans = [eden_specs(f"p{i}", 8, cfg, step=0, rng=rng) for i in range(20)]

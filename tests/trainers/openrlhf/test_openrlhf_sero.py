@@ -39,7 +39,6 @@ def test_oracle_rows_replace_failed_rollouts(tokenizer, share, n_rows):
     from vllm import SamplingParams
 
     import envkit  # noqa: F401
-    from envkit.credit.reachability import reachability_weights
     from trainers.openrlhf.config import BackendConfig, SeroOptions
     from trainers.openrlhf.gym_executor import GymAgentExecutor
     from trainers.openrlhf.records import RolloutRecord, RolloutSpec
@@ -72,7 +71,7 @@ def test_oracle_rows_replace_failed_rollouts(tokenizer, share, n_rows):
             assert tokenizer.decode(toks[tr.start : tr.end]) == tr.action + tokenizer.eos_token
         lps = actor.scored and [-0.05 * (k % 7) for k in range(len(toks) - 1)]
         loglik = [float(np.mean(lps[tr.start - 1 : tr.end - 1])) for tr in ora]
-        want = reachability_weights(loglik, cfg.sero_opts.p_floor, cfg.sero_opts.tau_w, cfg.sero_opts.w_min)
+        want = cfg.sero_opts.reach.weights(loglik)
         assert [tr.weight for tr in ora] == pytest.approx(want.tolist())
         assert want[0] == 1.0 and want[1] < 1.0
         assert row["action_ranges"] == [(tr.start, tr.end) for tr in rec.turns]

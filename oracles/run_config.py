@@ -1,0 +1,148 @@
+"""`RunConfig`: the settings of one ``envkit-oracle rollout`` run, and the options of that command.
+
+tyro builds the command line from this dataclass (`oracles.cli`), so each option's help and default is the
+field's own: ``--env``, ``--tasks``, ``--env-kwarg KEY=VALUE``, the SERO options nested as ``--sero.*``
+(`envkit.credit.sero.SeroOptions`, with the reachability weight as ``--sero.reach.*``). Settings that are facts of
+the env (episode budget, a root's minimum budget, GraphGPO's discount) default to None: the env's `EnvEntry`.
+
+Example:
+    >>> cfg = RunConfig(env_id="envkit/Toy-v0", sero=SeroOptions(roots_per_group=1))
+    >>> (cfg.horizon, cfg.sero_config.roots_per_group, cfg.sero_config.root_budget)
+    (20, 1, 2)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any, Literal
+
+import tyro
+
+from envkit.credit.sero import SeroConfig, SeroOptions
+from envkit.registration import ENVS, EnvEntry, env_facts
+from oracles.command_line import key_values
+
+__all__ = ["DEFAULT_ENV", "RunConfig"]
+
+DEFAULT_ENV = "envkit/WebShop-v0"
+
+
+def _facts(name: str) -> str:
+    """One per-env fact of the registry, for --help (envs that keep the default are summed up as "others")."""
+    default = getattr(EnvEntry("", "", None, ""), name)
+    own = [
+        f"{e.id.split('/')[-1].split('-')[0]} {getattr(e, name)}" for e in ENVS.values() if getattr(e, name) != default
+    ]
+    return ", ".join([*own, f"others {default}"])
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    """G policy rollouts per task, SERO roots, oracle continuations, one record per step.
+
+    Attributes:
+        env_id: Registered env id (``envkit-oracle envs`` lists them).
+        env_kwargs: Env constructor argument KEY=VALUE (repeatable; VALUE parsed as JSON when it can be).
+        oracle_kwargs: Oracle constructor argument KEY=VALUE (repeatable; e.g. ALFWorld ``strategy=...``).
+        policy: Rollout policy: random | scripted:FILE | hf:PATH[?mode=choose] | openai:URL#MODEL.
+        tasks: Number of tasks (task i resets with a seed derived from --seed, i).
+        group: Rollouts per task (G).
+        out: Output file, .parquet or .jsonl (summary: <out>.summary.json).
+        workers: Env pool size (parallel envs).
+        backend: Env pool backend (``remote``: envs on an ``envkit-serve`` server, set ``--env-kwarg remote=URL``;
+            that URL always uses the remote pool).
+        seed: Run seed (task seeds, random policy draws).
+        max_steps: Episode step budget (None: the env's ``EnvEntry.horizon``).
+        scorer: Policy scorer for reachability weights: uniform | hf:PATH.
+        gamma_g: GraphGPO discount (None: the env's ``EnvEntry.gamma_g``).
+        sero: SERO options (roots per group, a root's minimum budget, l_j weighting, reachability weight).
+        device: Device of model policies/scorers: auto | cpu | cuda.
+        chunk_tasks: Tasks rolled out together (None: max(ceil(workers / group), ceil(workers / roots)), which
+            keeps every worker busy in both phases and each worker on one task, so instance-bound native
+            snapshots such as ALFWorld's restore natively); no effect on the records, a kill loses at most one.
+        progress: Show progress (a bar on a terminal, plain lines when piped).
+    """
+
+    env_id: Annotated[str, tyro.conf.arg(name="env")] = DEFAULT_ENV
+    env_kwargs: Annotated[Mapping[str, Any], key_values("--env-kwarg"), tyro.conf.arg(name="env-kwarg")] = field(
+        default_factory=dict
+    )
+    oracle_kwargs: Annotated[Mapping[str, Any], key_values("--oracle-kwarg"), tyro.conf.arg(name="oracle-kwarg")] = (
+        field(default_factory=dict)
+    )
+    policy: str = "random"
+    tasks: int = 32
+    group: int = 8
+    out: str = "runs/oracle.parquet"
+    workers: int = 2
+    backend: Literal["inprocess", "subprocess", "ray", "remote"] = "subprocess"
+    seed: int = 0
+    max_steps: Annotated[
+        int | None, tyro.conf.arg(help=f"Episode step budget (None: the env's EnvEntry.horizon: {_facts('horizon')}).")
+    ] = None
+    scorer: str = "uniform"
+    gamma_g: Annotated[
+        float | None, tyro.conf.arg(help=f"GraphGPO discount (None: the env's EnvEntry.gamma_g: {_facts('gamma_g')}).")
+    ] = None
+    sero: SeroOptions = field(default_factory=SeroOptions)
+    device: str = "auto"
+    chunk_tasks: int | None = None
+    progress: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("tasks", "group", "workers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        if self.chunk_tasks is not None and self.chunk_tasks < 1:
+            raise ValueError(f"--chunk-tasks must be >= 1 (or unset), got {self.chunk_tasks}")
+        if self.backend not in ("inprocess", "subprocess", "ray", "remote"):
+            raise ValueError(f"--backend must be inprocess, subprocess, ray or remote, got {self.backend!r}")
+        if not str(self.out).endswith((".parquet", ".jsonl")):
+            raise ValueError(f"--out must end in .parquet or .jsonl, got {self.out!r}")
+        self.sero_config  # noqa: B018  (validates the resolved SERO settings)
+
+    @property
+    def horizon(self) -> int:
+        """Episode step budget (``max_steps``, else the env's)."""
+        return self.max_steps if self.max_steps is not None else env_facts(self.env_id).horizon
+
+    @property
+    def root_budget(self) -> int:
+        """A root's minimum budget left (``sero.min_budget``, else the env's)."""
+        return self.sero_config.root_budget
+
+    @property
+    def sero_config(self) -> SeroConfig:
+        """The SERO settings the maths read: ``sero`` plus this run's horizon, env facts and oracle arguments."""
+        facts = env_facts(self.env_id)
+        return self.sero.resolve(
+            horizon=self.horizon,
+            min_budget=facts.min_root_budget,
+            gamma_g=self.gamma_g if self.gamma_g is not None else facts.gamma_g,
+            oracle_kwargs=self.oracle_kwargs,
+        )
+
+    def meta(self) -> dict[str, Any]:
+        """Settings that determine the records (checked on resume; workers/backend/tasks may change).
+
+        Flat keys (``roots``, ``p_floor``, ...), as journals have always stored them, so older runs resume.
+        """
+        d = dataclasses.asdict(self)
+        for k in ("out", "workers", "backend", "tasks", "progress", "device", "chunk_tasks", "sero"):
+            d.pop(k)
+        sero = self.sero_config
+        d["env_kwargs"] = {k: v for k, v in self.env_kwargs.items() if k != "remote"}  # where envs run: not a setting
+        d["oracle_kwargs"] = dict(self.oracle_kwargs)
+        d.update(
+            roots=sero.roots_per_group,
+            weighting=sero.weighting,
+            p_floor=sero.reach.p_floor,
+            tau_w=sero.reach.tau_w,
+            w_min=sero.reach.w_min,
+            horizon=self.horizon,
+            gamma_g=sero.gamma_g,
+            min_budget=sero.root_budget,
+        )
+        return d

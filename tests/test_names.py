@@ -1,0 +1,34 @@
+"""House rules that a reader relies on: no two public classes share a name, and modules stay small (DESIGN.md)."""
+
+from __future__ import annotations
+
+import ast
+from collections import defaultdict
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("envkit", "envs", "oracles", "trainers", "serve", "interop")
+#: DESIGN.md: "about 400 lines per module at most"; a little slack for "about".
+MAX_LINES = 420
+
+
+def _modules() -> list[Path]:
+    return sorted(p for pkg in PACKAGES for p in (REPO / pkg).rglob("*.py"))
+
+
+def test_no_two_public_classes_share_a_name():
+    where: dict[str, list[str]] = defaultdict(list)
+    for path in _modules():
+        for node in ast.parse(path.read_text(), str(path)).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                where[node.name].append(str(path.relative_to(REPO)))
+    shared = {name: paths for name, paths in where.items() if len(paths) > 1}
+    assert not shared, (
+        f"public classes defined in more than one module: {shared}; name each for what it holds "
+        "(e.g. SweTask, WebShopGoal), or import the one definition instead of defining it again"
+    )
+
+
+def test_no_module_is_much_over_400_lines():
+    long = {str(p.relative_to(REPO)): n for p in _modules() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    assert not long, f"modules over {MAX_LINES} lines: {long}; split them into modules named for what they do"

@@ -1,0 +1,168 @@
+"""SERO in the local trainer on the real Toy-v0 env and its oracle, with a tiny random byte-level model.
+
+A random model almost never reaches Toy-v0's goal, so its groups are all-fail: exactly where SERO must restore
+roots, let the oracle finish in the live env, and give the group a learning signal.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from envkit.credit.reachability import ReachConfig, reachability_weights  # noqa: E402
+from envkit.credit.sero import SeroOptions  # noqa: E402
+from oracles.models import ModelConfig  # noqa: E402
+from trainers.local.agent_batch import collect_agent_batch  # noqa: E402
+from trainers.local.generation import batch_sequences, score  # noqa: E402
+from trainers.local.multi_turn import AgentConfig  # noqa: E402
+from trainers.local.prompts import encode_text  # noqa: E402
+from trainers.local.trainer import LocalTrainer, TrainConfig  # noqa: E402
+
+torch.set_num_threads(1)
+TINY = ModelConfig(path="tiny:bytes", device="cpu", hidden_size=32, layers=1)
+
+
+def _cfg(tmp_path, **agent) -> TrainConfig:
+    kw = {"max_turns": 8, "max_context_tokens": 1500, "estimator": "graphgpo", "sero": True, **agent}
+    return TrainConfig(
+        task="envkit/Toy-v0", model=TINY, run_dir=str(tmp_path), steps=2, prompts_per_step=2, group_size=4,
+        max_new_tokens=6, agent=AgentConfig(**kw), tensorboard=False, plot=False, progress=False,
+    )  # fmt: skip
+
+
+@pytest.fixture()
+def trainer(tmp_path):
+    t = LocalTrainer(_cfg(tmp_path))
+    t.model.eval()
+    return t
+
+
+def _batch(trainer, seed=5, **agent):
+    cfg = _cfg(trainer.run_dir, **agent) if agent else trainer.cfg
+    return collect_agent_batch(trainer.model, trainer.tok, "envkit/Toy-v0", cfg.shape, seed=seed)
+
+
+def test_oracle_rows_are_the_episode_ids_then_the_oracle_actions_with_reachability_weights(trainer):
+    batch, m = _batch(trainer)
+    n_ep = trainer.cfg.prompts_per_step * trainer.cfg.group_size
+    assert m["success_rate"] == 0.0  # a random byte model never reaches the goal: every group is all-fail
+    assert m["sero_tried"] >= 1 and m["sero_restored"] == m["sero_tried"] and m["sero_native"] == m["sero_tried"]
+    assert m["sero_succeeded"] >= 1 and m["sero_rows"] == m["sero_succeeded"] - m["sero_too_long"] >= 1
+    assert len(batch) == m["rows_in_loss"] == n_ep + m["sero_rows"]
+    tok = trainer.tok
+    pad = tok.pad_token_id
+    for i in range(n_ep, len(batch)):
+        prompt, resp, flags, adv = batch.prompts[i], batch.responses[i], batch.loss_flags[i], batch.advantages[i]
+        assert len(resp) == len(flags) == len(adv)
+        # Token-in/token-out: the row starts with some episode's own ids (prompt + turns before the root).
+        first = flags.index(1)
+        # (a root at an episode's final state: all of its ids, then the root observation appended)
+        assert any(
+            batch.prompts[j] == prompt
+            and (batch.responses[j][:first] == resp[:first] or resp[: len(batch.responses[j])] == batch.responses[j])
+            for j in range(n_ep)
+        )
+        assert all(a == 0.0 for a, f in zip(adv, flags, strict=True) if not f)
+        # The flagged runs are the oracle's actions (text ids + EOS), each a Toy-v0 action.
+        runs, cur = [], []
+        for t, f in zip(resp, flags, strict=True):
+            if f:
+                cur.append(t)
+            elif cur:
+                runs.append(cur)
+                cur = []
+        if cur:
+            runs.append(cur)
+        for r in runs:
+            assert r[-1] == tok.eos_token_id
+            assert tok.decode(r[:-1]) in ("left", "right", "stay", "teleport")
+            assert r[:-1] == encode_text(tok, tok.decode(r[:-1]))
+        # Reachability weights recomputed from a plain forward: w_0 = 1, w_k from the earlier actions' means.
+        ids, attn, target = batch_sequences([prompt], [resp], pad, "cpu")
+        with torch.no_grad():
+            lp = score(trainer.model, ids, attn, target, with_entropy=False).logp[0, len(prompt) - 1 :]
+        spans, s = [], None
+        for k, f in enumerate([*flags, 0]):
+            if f and s is None:
+                s = k
+            elif not f and s is not None:
+                spans.append((s, k))
+                s = None
+        loglik = [float(lp[a:b].mean()) for a, b in spans]
+        w = reachability_weights(loglik, p_floor=0.05, tau_w=1.0, w_min=0.05)
+        assert w[0] == 1.0 and np.all(np.diff(w) <= 1e-12)
+        # Each span carries one advantage value (GraphGPO credit x its weight).
+        for a, b in spans:
+            assert len(set(adv[a:b])) == 1
+    assert 0.0 < m["sero_weight_mean"] <= 1.0
+
+
+def test_sero_turns_all_fail_groups_into_signal(trainer):
+    _, plain = _batch(trainer, sero=False)
+    _, sero = _batch(trainer)
+    assert plain["success_rate"] == sero["success_rate"] == 0.0  # same episodes (same seeds)
+    assert plain["zero_adv_fraction"] == 1.0
+    assert sero["zero_adv_fraction"] < 1.0
+
+
+def test_oracle_share_cap_and_exact_row_budget(trainer):
+    _, m = _batch(trainer, sero_opts=SeroOptions(max_oracle_share=0.0))
+    assert m["sero_rows"] == 0 and m["sero_tried"] == 0 and m["sero_capped"] >= 1
+    assert SeroOptions(max_oracle_share=0.25).max_oracle_rows(12) == 4  # 4 of 16 rows = 25%
+    assert SeroOptions(max_oracle_share=0.5).max_oracle_rows(3) == 3
+    assert SeroOptions(max_oracle_share=0.2).max_oracle_rows(8) == 2
+    assert SeroOptions(max_oracle_share=0.0).max_oracle_rows(8) == 0
+
+
+def test_bad_sero_settings_are_refused_with_the_fix(tmp_path):
+    with pytest.raises(ValueError, match="estimator='graphgpo'"):
+        AgentConfig(sero=True, estimator="gigpo")
+    with pytest.raises(ValueError, match="multi-turn envkit task with an oracle"):
+        TrainConfig(task="arith", agent=AgentConfig(sero=True, estimator="graphgpo"))
+    with pytest.raises(ValueError, match="max_oracle_share"):
+        SeroOptions(max_oracle_share=1.5)
+    with pytest.raises(ValueError, match="p_floor"):
+        SeroOptions(reach=ReachConfig(p_floor=0.0))
+
+
+def test_envkit_train_local_with_sero_runs_and_logs_the_sero_metrics(tmp_path):
+    import subprocess
+
+    from trainers.local.metrics import read_metrics
+
+    run = tmp_path / "run"
+    cmd = [
+        sys.executable, "-m", "trainers.cli", "local", "--task", "envkit/Toy-v0",
+        "--model.path", "tiny:bytes", "--model.hidden-size", "32", "--model.layers", "1",
+        "--steps", "1", "--prompts-per-step", "2", "--group-size", "4", "--max-new-tokens", "6",
+        "--agent.estimator", "graphgpo", "--agent.sero", "True", "--agent.max-turns", "8",
+        "--agent.max-context-tokens", "1500", "--agent.sero-opts.roots-per-group", "1",
+        "--run-dir", str(run), "--tensorboard", "False", "--plot", "False", "--progress", "False",
+    ]  # fmt: skip
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (rec,) = read_metrics(run / "metrics.jsonl")
+    assert rec["sero_tried"] <= 2  # one root per group
+    assert {"sero_tried", "sero_restored", "sero_succeeded", "sero_rows", "sero_weight_mean"} <= set(rec)
+
+
+@pytest.mark.slow  # ~20 s: 8 ALFWorld episodes of 30 turns, then oracle continuations in the real engine
+def test_sero_on_alfworld_restores_natively_and_the_oracle_finishes(tmp_path, alfworld_data):
+    pytest.importorskip("alfworld")
+    cfg = TrainConfig(
+        task="envkit/ALFWorld-v0", model=TINY, run_dir=str(tmp_path), steps=1, prompts_per_step=2, group_size=4,
+        max_new_tokens=20, tensorboard=False, plot=False, progress=False,
+        agent=AgentConfig(max_turns=30, max_context_tokens=12000, estimator="graphgpo", sero=True),
+    )  # fmt: skip
+    trainer = LocalTrainer(cfg)
+    trainer.model.eval()
+    batch, m = collect_agent_batch(trainer.model, trainer.tok, cfg.task, cfg.shape, seed=1)
+    assert m["success_rate"] == 0.0 and m["sero_tried"] >= 1
+    assert m["sero_native"] == m["sero_restored"] == m["sero_tried"] and m["sero_diverged"] == 0
+    assert m["sero_rows"] >= 1 and len(batch) == 8 + m["sero_rows"]
+    assert m["zero_adv_fraction"] < 1.0

@@ -1,0 +1,329 @@
+"""Multi-turn (agent env) rollouts for the local trainer, token-in/token-out (credit: `trainers.local.agent_batch`).
+
+Each episode keeps ONE growing list of token ids: the encoded first prompt, then for every turn the sampled
+action ids exactly as generated, then the ids of only the NEW text that follows (the turn separator of the
+chat template and the next observation). Earlier turns are never decoded and re-encoded, so the ids the loss
+scores are the ids the model sampled. An episode whose context would exceed `max_context_tokens` stops there
+(``context_truncated``); an action that hits `max_new_tokens` without EOS counts as ``action_truncated``; both
+are logged.
+
+`play` plays G episodes per task seed; `play_specs` plays any list of `EpisodeSpec`s (XRPO's phases, EDEN's
+noisy first turns), one batched `generate` call per turn over the live episodes, keeping their KV cache between
+turns (`trainers.local.turn_cache`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from envkit.core import Step, Trajectory, env_success, jsonable
+from envkit.credit.advantage_options import AdvantageOptions
+from envkit.credit.sero import SeroOptions
+from envkit.lifetime import taken_snapshots
+from envkit.registration import make
+from trainers.local.generation import sample
+from trainers.local.prompts import decode, encode_prompt, encode_text
+from trainers.local.turn_cache import TurnCache
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Multi-turn settings (docs/methods.md section 2 defaults).
+
+    Attributes:
+        estimator: ``gigpo``, ``graphgpo``, or an episode-level ``grpo`` / ``grpo_mean`` / ``rloo`` / ``dr_grpo``.
+        max_turns: Turn cap of the trainer (the env's own step limit applies too).
+        max_context_tokens: Token cap of an episode's whole context; beyond it the episode stops (counted).
+        adv: GiGPO / GraphGPO settings (`envkit.credit.advantage_options.AdvantageOptions`, shared with the
+            OpenRLHF backend's ``--adv``); ``adv.terminal_reward`` (10 here: GiGPO's 10 * success) is the reward of
+            a successful episode's last step, other steps get 0.
+        system: Optional system message.
+        sero: SERO oracle continuations (`trainers.local.sero`; needs ``estimator="graphgpo"`` and an oracle
+            for the env: ``EnvEntry.oracle``).
+        sero_opts: SERO settings (roots per group, reachability-weight floor / temperature / minimum, oracle
+            share cap).
+        reuse_kv_cache: Keep each live episode's KV cache between turns (`trainers.local.turn_cache`), so a turn
+            feeds only the new observation instead of prefilling the whole context again.
+    """
+
+    estimator: Literal["gigpo", "graphgpo", "grpo", "grpo_mean", "rloo", "dr_grpo"] = "gigpo"
+    max_turns: int = 8
+    max_context_tokens: int = 1024
+    adv: AdvantageOptions = field(default_factory=lambda: AdvantageOptions(terminal_reward=10.0))
+    system: str | None = None
+    sero: bool = False
+    sero_opts: SeroOptions = field(default_factory=SeroOptions)
+    reuse_kv_cache: bool = True
+
+    def __post_init__(self) -> None:
+        if self.max_turns < 1 or self.max_context_tokens < 8:
+            raise ValueError("AgentConfig: max_turns must be >= 1 and max_context_tokens >= 8")
+        if self.sero and self.estimator != "graphgpo":
+            raise ValueError(
+                f"AgentConfig: SERO credits oracle continuations through the GraphGPO graph (docs/methods.md section 4); "
+                f"set agent.estimator='graphgpo' (got {self.estimator!r}) or agent.sero=False"
+            )
+        if self.adv.terminal_reward is None:
+            raise ValueError(
+                "AgentConfig: the local trainer rewards success only (terminal_reward * success on the last step); "
+                "set agent.adv.terminal_reward (default 10)"
+            )
+        if self.sero_opts.weighting != "sequence":
+            raise ValueError(
+                "AgentConfig: agent.sero_opts.weighting='choice' needs the admissible actions of every oracle step, "
+                "which only `envkit-oracle rollout` scores; set agent.sero_opts.weighting='sequence'"
+            )
+
+
+def turn_suffix_text(tokenizer: Any, observation: str, raw: bool) -> tuple[str, str]:
+    """(closing text after an assistant turn, text that opens the next user turn + generation prompt).
+
+    Derived by rendering the chat template with a marker answer, so it works for any template.
+    """
+    if raw or not getattr(tokenizer, "chat_template", None):
+        return "\n", observation + "\n"
+    marker = "\x00MARK\x00"
+    msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": marker}]
+    two = tokenizer.apply_chat_template(msgs, tokenize=False)
+    three = tokenizer.apply_chat_template(
+        [*msgs, {"role": "user", "content": observation}], tokenize=False, add_generation_prompt=True
+    )
+    closing = two[two.index(marker) + len(marker) :]
+    return closing, three[len(two) :]
+
+
+def continuation_ids(tokenizer: Any, action_ids: list[int], observation: str, raw: bool) -> list[int]:
+    """Ids of the text that follows a sampled action (template closing, next observation, generation prompt).
+
+    When the action ended with EOS and the template's closing text starts with EOS's text, that part is already
+    in the context and is not added twice.
+    """
+    closing, opening = turn_suffix_text(tokenizer, observation, raw)
+    eos_text = tokenizer.eos_token or ""
+    if action_ids and action_ids[-1] == tokenizer.eos_token_id and eos_text and closing.startswith(eos_text):
+        closing = closing[len(eos_text) :]
+    return encode_text(tokenizer, closing + opening)
+
+
+@dataclass
+class Episode:
+    """One multi-turn episode's token-level record."""
+
+    group: int
+    index: int
+    env: Any
+    prompt_ids: list[int]
+    context: list[int]
+    flags: list[int]
+    turn_of_token: list[int]
+    states: list[str]
+    actions: list[str]
+    rewards: list[float]
+    invalid: list[bool]
+    done: bool = False
+    success: bool = False
+    context_truncated: bool = False
+    action_truncated: int = 0
+    seed: int | None = None
+    initial_info: dict[str, Any] = field(default_factory=dict)
+    steps: list[Step] = field(default_factory=list)  # with snapshots, recorded for SERO
+    final_snapshot: Any = None
+    icl: bool = False  # XRPO: the first prompt carries ICL demonstrations
+    noisy: bool = False  # EDEN: the first turn had a perturbed extra input position
+    in_loss: bool = True  # False: the explorer dropped this episode from the loss (EDEN's top-p selection)
+    loss_prompt_ids: list[int] | None = None  # the prompt the loss sees, when not `prompt_ids` (XRPO clean)
+    logprobs: list[float] = field(default_factory=list)  # sampling log-probs of the action tokens, when recorded
+
+    @property
+    def train_prompt_ids(self) -> list[int]:
+        """The prompt of this episode's training row (`prompt_ids` unless XRPO trains ICL rows on the plain one)."""
+        return self.prompt_ids if self.loss_prompt_ids is None else self.loss_prompt_ids
+
+    def action_start(self, t: int) -> int:
+        """Index in `context` of turn t's first action token (len(context) when turn t was never played)."""
+        after = next((i for i, k in enumerate(self.turn_of_token) if k == t), len(self.turn_of_token))
+        return len(self.prompt_ids) + after
+
+    def action_ids(self, t: int) -> list[int]:
+        """The token ids sampled as turn t's action."""
+        return [tok for tok, k in zip(self.context[len(self.prompt_ids) :], self.turn_of_token, strict=True) if k == t]
+
+    def snapshots(self) -> list[Any]:
+        """Every snapshot this episode took (before each step, and of its final state), for discarding."""
+        return taken_snapshots(self.steps, self.final_snapshot)
+
+    def trajectory(self, env_id: str) -> Trajectory:
+        """The episode as an `envkit.core.Trajectory` (needs ``record=True`` in `play`)."""
+        return Trajectory(
+            env_id=env_id,
+            task_id=str(self.seed),
+            seed=self.seed,
+            options={},
+            initial_observation=self.states[0],
+            initial_info=self.initial_info,
+            steps=tuple(self.steps),
+            success=self.success,
+            final_snapshot=self.final_snapshot,
+        )
+
+
+_ENV_CACHE: dict[str, list[Any]] = {}
+
+
+def _envs(env_id: str, n: int) -> list[Any]:
+    pool = _ENV_CACHE.setdefault(env_id, [])
+    while len(pool) < n:
+        pool.append(make(env_id).unwrapped)
+    return pool[:n]
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One episode to play.
+
+    Attributes:
+        group: Task group (index of the step's task).
+        index: Episode index within its group.
+        seed: Task seed passed to `reset`.
+        prompt_text: First prompt text instead of the env's first observation (XRPO's ICL-prefixed prompt).
+        temperature: Sampling temperature of every turn (None: the run's).
+        first_extra: EDEN: one [d] embedding appended after the first prompt for the FIRST turn only; later turns
+            see the token context alone.
+    """
+
+    group: int
+    index: int
+    seed: int
+    prompt_text: str | None = None
+    temperature: float | None = None
+    first_extra: Any = None
+
+
+def play(
+    model: Any,
+    tokenizer: Any,
+    env_id: str,
+    seeds: list[int],
+    group_size: int,
+    cfg: AgentConfig,
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    seed: int,
+    record: bool = False,
+) -> list[Episode]:
+    """Play `group_size` episodes of each task seed, batching one `generate` call per turn over live episodes.
+
+    With `record`, each episode also keeps its `envkit.core.Step`s with a snapshot of the state before every
+    action and of its final state (SERO's roots); the caller discards them in ``episode.env`` once the group is
+    credited (``envkit.lifetime.discard_many(e.env, e.snapshots())``; `trainers.local.sero.sero_credit` does).
+    """
+    specs = [EpisodeSpec(g, k, int(s)) for g, s in enumerate(seeds) for k in range(group_size)]
+    return play_specs(
+        model, tokenizer, env_id, specs, cfg, max_new_tokens=max_new_tokens, temperature=temperature, seed=seed,
+        record=record,
+    )  # fmt: skip
+
+
+def play_specs(
+    model: Any,
+    tokenizer: Any,
+    env_id: str,
+    specs: list[EpisodeSpec],
+    cfg: AgentConfig,
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    seed: int,
+    record: bool = False,
+    env_offset: int = 0,
+    return_logprobs: bool = False,
+) -> list[Episode]:
+    """Play one episode per spec (see `play`); env instances ``env_offset ..`` of the env's pool are used, so
+    episodes played earlier in the same step keep theirs (SERO restores into them). With EDEN's first-turn rows
+    every turn re-prefills the token context (no turn cache: later turns must not see the noise position)."""
+    envs = _envs(env_id, env_offset + len(specs))[env_offset:]
+    episodes = []
+    for spec, env in zip(specs, envs, strict=True):
+        obs, info0 = env.reset(seed=int(spec.seed))
+        text = str(obs) if spec.prompt_text is None else spec.prompt_text
+        ids = encode_prompt(tokenizer, text, raw=False, system=cfg.system)
+        if len(ids) + max_new_tokens > cfg.max_context_tokens:
+            raise ValueError(
+                f"the first prompt of {env_id} has {len(ids)} tokens: raise agent.max_context_tokens above "
+                f"{len(ids) + max_new_tokens}"
+            )
+        ep = Episode(spec.group, spec.index, env, ids, list(ids), [], [], [str(obs)], [], [], [])
+        ep.seed, ep.initial_info = int(spec.seed), jsonable(info0) if record else {}
+        ep.icl = spec.prompt_text is not None
+        ep.noisy = spec.first_extra is not None
+        episodes.append(ep)
+    temp_of = {id(e): temperature if sp.temperature is None else sp.temperature for e, sp in zip(episodes, specs)}
+    extra_of = {id(e): sp.first_extra for e, sp in zip(episodes, specs)}
+    noisy_start = any(x is not None for x in extra_of.values())
+    cache = TurnCache(model, tokenizer) if cfg.reuse_kv_cache and not noisy_start else None
+    cached: list[Episode] = []  # the cache's rows
+    for turn in range(cfg.max_turns):
+        live = [e for e in episodes if not e.done]
+        if not live:
+            break
+        contexts, temps = [e.context for e in live], [temp_of[id(e)] for e in live]
+        if turn == 0 and noisy_start:
+            out = sample(
+                model, tokenizer, contexts, temps, max_new_tokens=max_new_tokens, seed=seed * 131 + turn,
+                return_logprobs=return_logprobs, extra_rows=[extra_of[id(e)] for e in live],
+            )  # fmt: skip
+        elif cache is not None:
+            if cached:
+                cache.keep([next(k for k, c in enumerate(cached) if c is e) for e in live])
+            cached = live
+            out = cache.sample(
+                contexts, temps, max_new_tokens=max_new_tokens, seed=seed * 131 + turn, return_logprobs=return_logprobs
+            )
+        else:
+            out = sample(
+                model, tokenizer, contexts, temps, max_new_tokens=max_new_tokens, seed=seed * 131 + turn,
+                return_logprobs=return_logprobs,
+            )  # fmt: skip
+        for i, (e, act_ids, trunc) in enumerate(zip(live, out.tokens, out.truncated, strict=True)):
+            if out.logprobs is not None:
+                e.logprobs += out.logprobs[i]
+            e.context += act_ids
+            e.flags += [1] * len(act_ids)
+            e.turn_of_token += [len(e.actions)] * len(act_ids)
+            e.action_truncated += int(trunc)
+            text = decode(tokenizer, act_ids).strip()
+            snap = _snapshot(e.env) if record else None
+            obs, reward, terminated, truncated, info = e.env.step(text)
+            if record:
+                e.steps.append(
+                    Step(e.states[-1], text, float(reward), str(obs), bool(terminated), bool(truncated),
+                         jsonable(info), snap)
+                )  # fmt: skip
+            e.actions.append(text)
+            e.rewards.append(float(reward))
+            e.invalid.append(bool(info.get("invalid", False)))
+            e.success = env_success(info)
+            if terminated or truncated or turn == cfg.max_turns - 1:
+                e.done = True
+                if record and not (terminated or truncated):
+                    e.final_snapshot = _snapshot(e.env)
+                continue
+            more = continuation_ids(tokenizer, act_ids, str(obs), raw=False)
+            if len(e.context) + len(more) + max_new_tokens > cfg.max_context_tokens:
+                # The next turn would not fit: stop here (the observation is not appended).
+                e.done, e.context_truncated = True, True
+                if record:
+                    e.final_snapshot = _snapshot(e.env)
+                continue
+            e.context += more
+            e.flags += [0] * len(more)
+            e.turn_of_token += [-1] * len(more)
+            e.states.append(str(obs))
+    return episodes
+
+
+def _snapshot(env: Any) -> Any:
+    """The env's snapshot, or None when it has none (SERO then restores by verified replay)."""
+    return env.snapshot() if callable(getattr(env, "snapshot", None)) else None

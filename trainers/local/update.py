@@ -1,0 +1,200 @@
+"""One policy-gradient update of the local trainer from a batch of scored rollouts (micro-batched).
+
+The batch is token-level: each row is a prompt (token ids, never re-tokenised), a response (token ids), an
+optional per-token loss flag (multi-turn rows exclude observation tokens), per-token advantages and a per-row
+weight (EDEN's gamma, SERO-style weights; 0 drops a row). The maths is `trainers.losses`:
+``policy_loss`` (clipped surrogate), ``kl_penalty`` against an optional frozen reference model, and the entropy
+bonus, combined by ``combine_loss``. The loss is aggregated over the WHOLE batch (token mean by default) even
+when it is computed in micro-batches. Each micro-batch computes its distinct prompts once
+(`trainers.local.shared_prefix`): a group's rollouts share one prompt pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from trainers.local.shared_prefix import ResponseLogits, response_logits
+from trainers.losses import aggregate, combine_loss, kl_penalty, policy_loss, token_entropy
+
+
+@dataclass
+class TrainBatch:
+    """Rows to learn from (all lists have one entry per row).
+
+    Attributes:
+        prompts: Prompt token ids (the CLEAN prompt: no EDEN extra position).
+        responses: Response token ids (multi-turn: every action and observation token after the first prompt).
+        advantages: Per-token advantages, aligned with `responses`.
+        loss_flags: Per-token 1/0 (0: observation tokens the model did not generate), aligned with `responses`.
+        weights: Per-row loss weight.
+    """
+
+    prompts: list[list[int]]
+    responses: list[list[int]]
+    advantages: list[list[float]]
+    loss_flags: list[list[int]]
+    weights: list[float]
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """Loss settings (docs/methods.md section 1).
+
+    Attributes:
+        eps_low: Lower clip range.
+        eps_high: Upper clip range (> eps_low: clip-higher).
+        agg: ``token_mean``, ``seq_mean`` or ``token_sum_norm`` (Dr. GRPO).
+        kl_coef: beta of the KL-loss against the reference model (0: no reference model is loaded).
+        kl_estimator: ``k1``, ``k2`` or ``k3``.
+        entropy_coef: alpha of the entropy bonus.
+        ppo_epochs: Passes over each batch (1: on-policy, ratio = 1).
+        micro_batch: Rows per forward/backward pass at most (memory knob; results do not depend on it).
+        micro_batch_tokens: Padded tokens (rows x longest row) per forward/backward pass at most; a longer row
+            gets a pass of its own. Bounds the [rows, tokens, vocab] logits of long multi-turn rows.
+        max_grad_norm: Gradient clipping (0: off).
+        dual_clip: Dual-clip constant c > 1 bounding a negative-advantage token's loss by ``-c * A`` (3 in
+            verl/OpenRLHF); None (default) turns it off.
+    """
+
+    eps_low: float = 0.2
+    eps_high: float = 0.2
+    agg: str = "token_mean"
+    kl_coef: float = 0.0
+    kl_estimator: str = "k3"
+    entropy_coef: float = 0.0
+    ppo_epochs: int = 1
+    micro_batch: int = 64
+    micro_batch_tokens: int = 16384
+    max_grad_norm: float = 1.0
+    dual_clip: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.agg not in ("token_mean", "seq_mean", "token_sum_norm"):
+            raise ValueError(f"LossConfig.agg must be token_mean, seq_mean or token_sum_norm, got {self.agg!r}")
+        if self.kl_estimator not in ("k1", "k2", "k3"):
+            raise ValueError(f"LossConfig.kl_estimator must be k1, k2 or k3, got {self.kl_estimator!r}")
+        if self.ppo_epochs < 1 or self.micro_batch < 1 or self.micro_batch_tokens < 1:
+            raise ValueError("LossConfig.ppo_epochs, micro_batch and micro_batch_tokens must be >= 1")
+        if self.dual_clip is not None and not self.dual_clip > 1.0:
+            raise ValueError(f"LossConfig.dual_clip must be > 1 (e.g. 3) or None (off), got {self.dual_clip}")
+
+
+def _micro_batches(batch: TrainBatch, size: int, max_tokens: int) -> list[list[int]]:
+    """Micro-batches that keep a prompt's rows together and put rows of similar length side by side.
+
+    Rows are sorted by (prompt length, prompt, response length) and chunked into at most `size` rows and
+    `max_tokens` padded tokens: each micro-batch computes its distinct prompts once (`trainers.local.shared_prefix`),
+    and padding stays small (XRPO's ICL-prefixed prompts are several times longer than plain ones). The
+    whole-batch loss does not depend on how rows are grouped (each micro-batch is scaled by its share), so the
+    grouping changes nothing else.
+    """
+    order = sorted(
+        range(len(batch)), key=lambda i: (len(batch.prompts[i]), batch.prompts[i], len(batch.responses[i]), i)
+    )
+    out: list[list[int]] = []
+    cur: list[int] = []
+    longest = 0
+    for i in order:
+        n = len(batch.prompts[i]) + len(batch.responses[i])
+        if cur and (len(cur) == size or max(longest, n) * (len(cur) + 1) > max_tokens):
+            out.append(cur)
+            cur, longest = [], 0
+        cur.append(i)
+        longest = max(longest, n)
+    if cur:
+        out.append(cur)
+    return out
+
+
+def _forward(model: Any, batch: TrainBatch, rows: list[int], pad: int) -> ResponseLogits:
+    return response_logits(
+        model,
+        [batch.prompts[i] for i in rows],
+        [batch.responses[i] for i in rows],
+        pad,
+        loss_flags=[batch.loss_flags[i] for i in rows],
+    )
+
+
+def _row_tensors(batch: TrainBatch, rows: list[int], like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Advantages [B, T] aligned with the response positions, and row weights [B]."""
+    adv = torch.zeros_like(like, dtype=torch.float32)
+    for k, i in enumerate(rows):
+        a = batch.advantages[i]
+        if a:
+            adv[k, : len(a)] = torch.tensor(a, dtype=torch.float32)
+    w = torch.tensor([batch.weights[i] for i in rows], dtype=torch.float32, device=like.device)
+    return adv.to(like.device), w
+
+
+def update(
+    model: Any, optimizer: Any, batch: TrainBatch, cfg: LossConfig, pad: int, ref_model: Any | None = None
+) -> dict[str, float]:
+    """Run `cfg.ppo_epochs` optimizer steps on `batch`; returns loss statistics (means over the batch)."""
+    rows = _micro_batches(batch, cfg.micro_batch, cfg.micro_batch_tokens)
+    # Denominator of the whole-batch aggregation, so micro-batches add up to the full-batch loss.
+    n_tokens = max(1.0, float(sum(sum(f) for f in batch.loss_flags)))
+    n_rows = max(1, len(batch))
+    norm_len = max((len(r) for r in batch.responses), default=1)
+    old: list[torch.Tensor | None] = []
+    refs: list[torch.Tensor | None] = []
+    with torch.no_grad():
+        for sl in rows:
+            old.append(_forward(model, batch, sl, pad).logprobs() if cfg.ppo_epochs > 1 else None)
+            refs.append(_forward(ref_model, batch, sl, pad).logprobs() if ref_model is not None else None)
+    stats: dict[str, float] = {}
+    for _ in range(cfg.ppo_epochs):
+        optimizer.zero_grad(set_to_none=True)
+        sums: dict[str, float] = {}
+        for k, sl in enumerate(rows):
+            fwd = _forward(model, batch, sl, pad)
+            target = fwd.mask
+            logits = fwd.logits.float()
+            logp = fwd.logprobs()
+            adv, w = _row_tensors(batch, sl, target)
+            old_k = old[k]
+            old_logp = old_k if old_k is not None else logp.detach()
+            weights = w[:, None].expand_as(logp)
+            pg, pg_stats = policy_loss(
+                logp,
+                old_logp,
+                adv,
+                target,
+                eps_low=cfg.eps_low,
+                eps_high=cfg.eps_high,
+                agg=cfg.agg,  # type: ignore[arg-type]
+                token_weights=weights,
+                norm_len=norm_len,
+                dual_clip=cfg.dual_clip,
+            )
+            ent = aggregate(token_entropy(logits), target, "token_mean")
+            # Scale the micro-batch aggregate by its share of the whole batch (token count or row count).
+            mb_tokens = float(target.sum())
+            share = mb_tokens / n_tokens if cfg.agg == "token_mean" else len(sl) / n_rows
+            tok_share = mb_tokens / n_tokens
+            kl = kl_penalty(logp, refs[k], target, estimator=cfg.kl_estimator) if refs[k] is not None else None  # type: ignore[arg-type]
+            total = combine_loss(
+                pg * share,
+                None if kl is None else kl * tok_share,
+                ent * tok_share,
+                beta=cfg.kl_coef if kl is not None else 0.0,
+                alpha=cfg.entropy_coef,
+            )
+            total.backward()
+            kl_val = kl.item() if kl is not None else 0.0
+            for key, val in (("pg_loss", pg.item()), ("entropy", ent.item()), ("kl", kl_val), *pg_stats.items()):
+                sums[key] = sums.get(key, 0.0) + val * tok_share
+        grad_norm = (
+            float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)) if cfg.max_grad_norm else 0.0
+        )
+        optimizer.step()
+        stats = {**sums, "grad_norm": grad_norm}
+    if ref_model is None:
+        stats.pop("kl", None)
+    return stats
