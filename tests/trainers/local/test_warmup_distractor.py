@@ -8,8 +8,8 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from oracles.models import ModelConfig, load_model
-from trainers.warmup import sft_warmup
-from trainers.word_tasks import WordSequenceTask, save_word_model
+from trainers.local.warmup import sft_warmup
+from trainers.local.word_tasks import WordSequenceTask, save_word_model
 
 
 def _model(tmp_path):
