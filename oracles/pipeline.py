@@ -126,7 +126,7 @@ def run(
         scorer: A ready scorer (default: built from ``cfg.scorer``).
         on_chunk: Called with the number of finished tasks after each chunk (tests use it to kill mid-run).
     """
-    from oracles.policies import make_policy
+    from oracles.model_policies import make_policy
     from oracles.scorers import make_scorer
 
     t_start = time.perf_counter()

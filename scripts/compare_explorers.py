@@ -32,7 +32,7 @@ from trainers.explorers.eden import EdenConfig
 from trainers.explorers.xrpo import XrpoConfig
 from trainers.local.generation import sample
 from trainers.local.metrics import read_metrics
-from trainers.local.prompts import decode, encode_prompt
+from trainers.local.prompt_encoding import decode, encode_prompt
 from trainers.local.tasks import ArithmeticTask
 from trainers.local.trainer import LocalTrainer, TrainConfig
 from trainers.local.warmup import sft_warmup

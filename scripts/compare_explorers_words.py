@@ -57,7 +57,7 @@ from trainers.explorers.anchors import decoded_vocab
 from trainers.explorers.eden import EdenConfig
 from trainers.explorers.xrpo import XrpoConfig
 from trainers.local.generation import sample
-from trainers.local.prompts import decode, encode_prompt
+from trainers.local.prompt_encoding import decode, encode_prompt
 from trainers.local.trainer import LocalTrainer, TrainConfig
 from trainers.local.warmup import sft_warmup
 from trainers.local.word_tasks import WordSequenceTask, save_word_model

@@ -9,8 +9,8 @@ pytest.importorskip("transformers")
 
 from envkit.credit.sero import SeroOptions  # noqa: E402
 from envkit.policies import PolicyInput  # noqa: E402
+from oracles.model_policies import TransformersPolicy  # noqa: E402
 from oracles.models import ModelConfig, load_model  # noqa: E402
-from oracles.policies import TransformersPolicy  # noqa: E402
 from oracles.scorers import TransformersScorer  # noqa: E402
 
 ADM = {"admissible_actions": ["left", "right", "stay", "teleport"]}

@@ -22,7 +22,7 @@ from envkit.registration import make
 from oracles.base import make_oracle, run_oracle
 from trainers.local.generation import batch_sequences, score
 from trainers.local.multi_turn import continuation_ids
-from trainers.local.prompts import encode_prompt, encode_text
+from trainers.local.prompt_encoding import encode_prompt, encode_text
 
 
 def oracle_demos(env_id: str, seeds: Sequence[int], max_steps: int) -> list[tuple[str, tuple[Step, ...]]]:

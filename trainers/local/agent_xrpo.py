@@ -28,7 +28,7 @@ from envkit.credit.advantages import ESTIMATORS  # the episode-level estimators
 from trainers.explorers.xrpo import XrpoConfig, XrpoPlanner, sharpen
 from trainers.local.explorer_drivers import RunShape
 from trainers.local.multi_turn import AgentConfig, Episode, EpisodeSpec, play_specs
-from trainers.local.prompts import encode_prompt
+from trainers.local.prompt_encoding import encode_prompt
 from trainers.local.single_turn_explorers import xrpo_run_state
 
 

@@ -23,7 +23,7 @@ from envkit.credit.sero import SeroOptions
 from envkit.lifetime import taken_snapshots
 from envkit.registration import make
 from trainers.local.generation import sample
-from trainers.local.prompts import decode, encode_prompt, encode_text
+from trainers.local.prompt_encoding import decode, encode_prompt, encode_text
 from trainers.local.turn_cache import TurnCache
 
 

@@ -36,7 +36,7 @@ from envkit.credit.sero import RootRounds, credit_group
 from envkit.lifetime import discard_many
 from oracles.continuation import ContinuationOutcome, continue_from_root, job_for
 from trainers.local.multi_turn import AgentConfig, Episode, continuation_ids
-from trainers.local.prompts import encode_text
+from trainers.local.prompt_encoding import encode_text
 from trainers.local.shared_prefix import response_logits
 
 

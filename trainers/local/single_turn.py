@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainers.local.generation import sample
-from trainers.local.prompts import decode
+from trainers.local.prompt_encoding import decode
 from trainers.local.tasks import Problem, ProblemSource
 
 

@@ -39,7 +39,7 @@ from trainers.explorers.eden import (
 )
 from trainers.explorers.xrpo import IclCorpus, XrpoConfig, XrpoPlanner, sharpen
 from trainers.local.explorer_drivers import RunShape
-from trainers.local.prompts import encode_prompt
+from trainers.local.prompt_encoding import encode_prompt
 from trainers.local.single_turn import Rollout, generate_rows
 from trainers.local.tasks import Problem, ProblemSource
 

@@ -44,7 +44,7 @@ from trainers.local.checkpoint import latest_checkpoint, load_state, load_weight
 from trainers.local.explorer_drivers import AgentExplorer, RunShape, SingleTurnExplorer, make_explorer
 from trainers.local.metrics import MetricsLogger, plot_metrics
 from trainers.local.multi_turn import AgentConfig
-from trainers.local.prompts import encode_prompt
+from trainers.local.prompt_encoding import encode_prompt
 from trainers.local.single_turn import Rollout, collect_plain
 from trainers.local.tasks import make_task
 from trainers.local.update import LossConfig, TrainBatch, update

@@ -16,7 +16,7 @@ import torch
 from tqdm import tqdm
 
 from trainers.local.generation import batch_sequences, score
-from trainers.local.prompts import encode_prompt, encode_text
+from trainers.local.prompt_encoding import encode_prompt, encode_text
 from trainers.local.tasks import ProblemSource
 
 

@@ -7,7 +7,7 @@ see docs/openrlhf.md). Modules:
 - `argv`: splits ``ours -- openrlhf`` argv, forces the estimator and the agent executor, refuses what we
   do not support.
 - `entry`: ``main(argv)``: parse, install the subclasses in the driver, run ``openrlhf.cli.train_ppo_ray``.
-- `records`: the per-rollout plan (`RolloutSpec`) and what comes back (`RolloutRecord`): the only contract
+- `rollout_records`: the per-rollout plan (`RolloutSpec`) and what comes back (`RolloutRecord`): the only contract
   between the rollout side and the experience maker.
 - `turn_advantages`: per-turn advantages of a batch from envkit's maths (torch-free).
 - `experience`: the experience-maker subclass (spreads them over tokens, folds weights, drops, logs).

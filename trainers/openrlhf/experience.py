@@ -29,7 +29,7 @@ from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
 from trainers.openrlhf.config import BackendConfig
-from trainers.openrlhf.records import INFO_KEY, RolloutRecord
+from trainers.openrlhf.rollout_records import INFO_KEY, RolloutRecord
 from trainers.openrlhf.turn_advantages import SampleRow, TurnAdvantages, compute_turn_advantages
 
 

@@ -11,7 +11,7 @@ llm_engine)`` once per rollout (``AgentExecutorBase``); `GymAgentExecutor` plays
 - token-in/token-out: the engine gets token ids and returns token ids; earlier turns are never re-tokenised,
   each env observation is tokenised once and appended (``--feedback-template``);
 - per turn it records the anchor state (the raw observation the action answered), the reward, the env's
-  ``invalid`` flag and the action's token span (`trainers.openrlhf.records.Turn`) for GiGPO/GraphGPO;
+  ``invalid`` flag and the action's token span (`trainers.openrlhf.rollout_records.Turn`) for GiGPO/GraphGPO;
 - truncation is reported, never silent: ``record.reason`` is "context" (max_len reached), "max_turns",
   "env_truncated" or "generation_length" and ``response["truncated"]`` is set.
 
@@ -38,7 +38,7 @@ from openrlhf.utils.agent import AgentExecutorBase
 from envkit.core import Step, env_success, jsonable
 from envkit.lifetime import discard_many
 from trainers.openrlhf.config import BackendConfig
-from trainers.openrlhf.records import RESPONSE_KEY, RolloutRecord, RolloutSpec, Turn
+from trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord, RolloutSpec, Turn
 
 
 @dataclass(frozen=True)

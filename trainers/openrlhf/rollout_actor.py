@@ -30,7 +30,7 @@ from openrlhf.trainer.ray.vllm_engine import RolloutRayActor
 from openrlhf.trainer.ray.vllm_worker_wrap import WorkerWrap
 
 from trainers.openrlhf.config import BackendConfig
-from trainers.openrlhf.records import RESPONSE_KEY, RolloutRecord, RolloutSpec
+from trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord, RolloutSpec
 
 WORKER_EXTENSION = "trainers.openrlhf.rollout_actor.EnvkitWorkerWrap"
 

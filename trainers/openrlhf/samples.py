@@ -26,7 +26,7 @@ from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator, _coll
 from vllm import SamplingParams
 
 from trainers.openrlhf.config import BackendConfig
-from trainers.openrlhf.records import INFO_KEY, RESPONSE_KEY, RolloutSpec
+from trainers.openrlhf.rollout_records import INFO_KEY, RESPONSE_KEY, RolloutSpec
 
 
 def plain_specs(group: str, n: int) -> list[RolloutSpec]:

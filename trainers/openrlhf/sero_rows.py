@@ -32,7 +32,7 @@ import numpy as np
 from envkit.core import Step, Trajectory
 from envkit.lifetime import taken_snapshots
 from trainers.openrlhf.config import BackendConfig
-from trainers.openrlhf.records import RESPONSE_KEY, RolloutRecord, Turn
+from trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord, Turn
 
 
 @dataclass

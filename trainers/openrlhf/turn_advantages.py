@@ -27,7 +27,7 @@ from envkit.credit.advantages import (
 from envkit.credit.graph import TERMINAL_NODE
 from envkit.credit.step_table import StepRows
 from trainers.openrlhf.config import BackendConfig
-from trainers.openrlhf.records import RolloutRecord, Turn
+from trainers.openrlhf.rollout_records import RolloutRecord, Turn
 
 
 @dataclass(frozen=True)

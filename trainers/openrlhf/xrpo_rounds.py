@@ -16,7 +16,7 @@ import numpy as np
 import ray
 
 from trainers.openrlhf.config import BackendConfig
-from trainers.openrlhf.records import RESPONSE_KEY, RolloutRecord, RolloutSpec
+from trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord, RolloutSpec
 
 
 def _record(response: dict) -> RolloutRecord | None:

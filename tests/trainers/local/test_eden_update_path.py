@@ -17,7 +17,7 @@ import trainers.local.update as update_mod  # noqa: E402
 from envkit.credit.advantages import group_advantages  # noqa: E402
 from oracles.models import ModelConfig  # noqa: E402
 from trainers.explorers.eden import EdenConfig  # noqa: E402
-from trainers.local.prompts import encode_prompt  # noqa: E402
+from trainers.local.prompt_encoding import encode_prompt  # noqa: E402
 from trainers.local.trainer import LocalTrainer, TrainConfig  # noqa: E402
 from trainers.local.update import LossConfig  # noqa: E402
 

@@ -14,7 +14,7 @@ from oracles.models import ModelConfig, load_model  # noqa: E402
 from trainers.explorers.eden import EdenConfig  # noqa: E402
 from trainers.explorers.xrpo import XrpoConfig  # noqa: E402
 from trainers.local.generation import batch_sequences, sample, score  # noqa: E402
-from trainers.local.prompts import encode_prompt  # noqa: E402
+from trainers.local.prompt_encoding import encode_prompt  # noqa: E402
 from trainers.local.single_turn_explorers import EdenDriver, XrpoDriver  # noqa: E402
 from trainers.local.tasks import ArithmeticTask  # noqa: E402
 from trainers.local.trainer import TrainConfig  # noqa: E402

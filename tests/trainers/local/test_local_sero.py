@@ -20,7 +20,7 @@ from oracles.models import ModelConfig  # noqa: E402
 from trainers.local.agent_batch import collect_agent_batch  # noqa: E402
 from trainers.local.generation import batch_sequences, score  # noqa: E402
 from trainers.local.multi_turn import AgentConfig  # noqa: E402
-from trainers.local.prompts import encode_text  # noqa: E402
+from trainers.local.prompt_encoding import encode_text  # noqa: E402
 from trainers.local.trainer import LocalTrainer, TrainConfig  # noqa: E402
 
 torch.set_num_threads(1)

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from oracles.models import ModelConfig  # noqa: E402
-from trainers.local.prompts import decode, encode_prompt  # noqa: E402
+from trainers.local.prompt_encoding import decode, encode_prompt  # noqa: E402
 from trainers.local.trainer import LocalTrainer, TrainConfig  # noqa: E402
 
 pytestmark = [

@@ -16,7 +16,7 @@ pytest.importorskip("transformers")
 
 from oracles.models import ModelConfig, load_model  # noqa: E402
 from trainers.local.generation import batch_sequences, sample, score  # noqa: E402
-from trainers.local.prompts import encode_prompt  # noqa: E402
+from trainers.local.prompt_encoding import encode_prompt  # noqa: E402
 from trainers.local.shared_prefix import distinct, response_logits  # noqa: E402
 from trainers.local.update import LossConfig, TrainBatch, update  # noqa: E402
 

@@ -56,7 +56,7 @@ def _run(executor, tokenizer, actions, max_length=256, label=LABEL, prompt="Task
 
 
 def test_episode_records_turns_tokens_in_tokens_out(tokenizer):
-    from trainers.openrlhf.records import RolloutRecord
+    from trainers.openrlhf.rollout_records import RolloutRecord
 
     ex = _executor()
     out, engine = _run(ex, tokenizer, ["jump", "right", "right"])
@@ -97,7 +97,7 @@ def test_episode_records_turns_tokens_in_tokens_out(tokenizer):
     ],
 )
 def test_truncation_is_reported(tokenizer, cfg, kwargs, actions, max_length, reason):
-    from trainers.openrlhf.records import RolloutRecord
+    from trainers.openrlhf.rollout_records import RolloutRecord
 
     out, engine = _run(_executor(**cfg), tokenizer, actions, max_length=max_length)
     rec = RolloutRecord.from_dict(out["envkit"])
@@ -141,8 +141,8 @@ class FakeActor:
 
 
 def test_planned_rollouts_noise_only_the_first_turn_and_keep_specs(tokenizer):
-    from trainers.openrlhf.records import RolloutRecord, RolloutSpec
     from trainers.openrlhf.rollout_actor import run_planned
+    from trainers.openrlhf.rollout_records import RolloutRecord, RolloutSpec
 
     specs = [
         RolloutSpec("g0", 0, temperature=0.7),
@@ -168,8 +168,8 @@ def test_executor_to_experience_pipeline_gigpo(tokenizer, strategy_factory):
     from envkit.credit.advantages import StepTable, gigpo_advantages
     from trainers.openrlhf.config import BackendConfig
     from trainers.openrlhf.experience import EnvkitExperienceMaker
-    from trainers.openrlhf.records import RolloutRecord, RolloutSpec
     from trainers.openrlhf.rollout_actor import run_planned
+    from trainers.openrlhf.rollout_records import RolloutRecord, RolloutSpec
     from trainers.openrlhf.samples import EnvkitSamplesGenerator, plain_specs
 
     strategy = strategy_factory(3, ("--algo.kl.use_loss",))
@@ -233,7 +233,7 @@ def test_webshop_episode_with_oracle_actions(tokenizer):
     from oracles.base import make_oracle, run_oracle
     from trainers.openrlhf.config import BackendConfig
     from trainers.openrlhf.gym_executor import GymAgentExecutor
-    from trainers.openrlhf.records import RolloutRecord
+    from trainers.openrlhf.rollout_records import RolloutRecord
 
     env = gym.make("envkit/WebShop-v0")
     obs, info = env.reset(seed=3)
@@ -251,7 +251,7 @@ def test_webshop_episode_with_oracle_actions(tokenizer):
 
 
 def test_rollouts_of_one_prompt_share_the_episode_without_a_seed(tokenizer):
-    from trainers.openrlhf.records import RolloutRecord
+    from trainers.openrlhf.rollout_records import RolloutRecord
 
     ex = _executor(max_turns=1)
     a, _ = _run(ex, tokenizer, ["stay"], label="", prompt="task A {obs}")

@@ -23,7 +23,7 @@ def _experiences(rewards, lengths, micro=2, seed=0, records=None, kl_scale=0.05)
     """Micro-batches of hand-built Experience rows: prompt of PROMPT tokens, response of lengths[i] tokens."""
     from openrlhf.trainer.ppo_utils.experience import Experience
 
-    from trainers.openrlhf.records import INFO_KEY
+    from trainers.openrlhf.rollout_records import INFO_KEY
 
     g = torch.Generator().manual_seed(seed)
     rows = []
@@ -65,7 +65,7 @@ def _makers(strategy, config):
 
 
 def _record(group, index, turns=(), success=False, noisy=False, oracle=False, ret=0.0):
-    from trainers.openrlhf.records import RolloutRecord, RolloutSpec
+    from trainers.openrlhf.rollout_records import RolloutRecord, RolloutSpec
 
     spec = RolloutSpec(group=group, index=index, noisy=noisy, anchor=7 if noisy else -1)
     return RolloutRecord(spec, tuple(turns), success, ret, oracle=oracle).to_dict()
@@ -78,7 +78,7 @@ LENGTHS = [3, 5, 4, 6, 2, 3, 5, 4, 6, 3, 2, 4]
 @pytest.mark.parametrize("with_records", [False, True])
 def test_grpo_equals_stock_group_norm(strategy_factory, with_records):
     from trainers.openrlhf.config import AdvantageOptions, BackendConfig
-    from trainers.openrlhf.records import INFO_KEY
+    from trainers.openrlhf.rollout_records import INFO_KEY
 
     strategy = strategy_factory(N_PER)
     assert strategy.args.algo.advantage.estimator == "group_norm"
@@ -121,7 +121,7 @@ def _multi_turn(group_rewards, strategy, advantage, **adv_opts):
     """Multi-turn rows: each turn is 2 action tokens followed by 1 feedback token."""
     from envkit.credit.advantages import StepTable
     from trainers.openrlhf.config import AdvantageOptions, BackendConfig
-    from trainers.openrlhf.records import Turn
+    from trainers.openrlhf.rollout_records import Turn
 
     trajs = {  # (group, trajectory) -> list of (state, reward, invalid)
         ("g0", 0): [("s0", 0.0, False), ("s1", 0.0, False), ("s2", 1.0, False)],
@@ -221,7 +221,7 @@ def test_eden_absorb_matches_trainer_core_and_drops_by_mask(strategy_factory):
 def test_sero_weights_scale_oracle_turns(strategy_factory):
     from envkit.credit.advantages import group_advantages
     from trainers.openrlhf.config import BackendConfig
-    from trainers.openrlhf.records import Turn
+    from trainers.openrlhf.rollout_records import Turn
 
     strategy = strategy_factory(2)
     weights = [1.0, 0.5, 0.25]
@@ -292,7 +292,7 @@ def test_truncated_turn_inside_a_padded_micro_batch():
     """A rollout cut by max_len in its second turn, right-padded next to a longer one: each surviving token
     still gets its own turn's advantage."""
     from trainers.openrlhf.experience import token_advantages, turn_token_ends
-    from trainers.openrlhf.records import RolloutRecord, RolloutSpec, Turn
+    from trainers.openrlhf.rollout_records import RolloutRecord, RolloutSpec, Turn
 
     # observation tokens: prompt 0-3, turn0 4-6, feedback 7, turn1 8-12 (cut: the sample has 11 tokens, 0-10)
     rec = RolloutRecord(RolloutSpec("g"), (Turn("s0", "a", 0, False, 4, 7), Turn("s1", "b", 1, False, 8, 13)))

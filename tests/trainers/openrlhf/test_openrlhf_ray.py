@@ -172,7 +172,7 @@ def _resolve(flags):
 def _check_samples(samples, cfg):
     import torch
 
-    from trainers.openrlhf.records import INFO_KEY, RolloutRecord
+    from trainers.openrlhf.rollout_records import INFO_KEY, RolloutRecord
 
     assert len(samples) == 2 * 4  # batch x n
     records = [RolloutRecord.from_dict(s.info[INFO_KEY][0]) for s in samples]

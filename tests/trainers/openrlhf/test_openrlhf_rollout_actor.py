@@ -89,7 +89,7 @@ def _params(n):
 
 
 def test_rho0_noisy_rollout_reproduces_token_prompt_plus_anchor(model):
-    from trainers.openrlhf.records import RolloutSpec
+    from trainers.openrlhf.rollout_records import RolloutSpec
 
     actor = _actor(model)
     prompt = [5, 12, 33, 7, 21]
@@ -104,7 +104,7 @@ def test_rho0_noisy_rollout_reproduces_token_prompt_plus_anchor(model):
 
 def test_noisy_row_is_edens_perturbation_of_the_live_anchor_row(model):
     from trainers.explorers.eden import perturb
-    from trainers.openrlhf.records import RolloutSpec
+    from trainers.openrlhf.rollout_records import RolloutSpec
 
     actor = _actor(model)
     spec = RolloutSpec("g", 0, noisy=True, anchor=9, rho=0.18, seed=11)
@@ -128,7 +128,7 @@ def test_anchor_rows_are_cached_per_weight_version(model):
 
 
 def test_a_groups_noisy_rollouts_read_prompt_and_anchor_rows_once(model):
-    from trainers.openrlhf.records import RolloutSpec
+    from trainers.openrlhf.rollout_records import RolloutSpec
 
     actor = _actor(model)
     specs = [RolloutSpec("g", i, noisy=True, anchor=9, rho=0.1, seed=i) for i in range(4)]

@@ -41,8 +41,8 @@ def test_oracle_rows_replace_failed_rollouts(tokenizer, share, n_rows):
     import envkit  # noqa: F401
     from trainers.openrlhf.config import BackendConfig, SeroOptions
     from trainers.openrlhf.gym_executor import GymAgentExecutor
-    from trainers.openrlhf.records import RolloutRecord, RolloutSpec
     from trainers.openrlhf.rollout_actor import run_planned
+    from trainers.openrlhf.rollout_records import RolloutRecord, RolloutSpec
 
     cfg = BackendConfig(
         env_id="envkit/Toy-v0", n_samples_per_prompt=4, max_turns=4, sero=True,
@@ -87,8 +87,8 @@ def test_sero_off_keeps_no_episodes(tokenizer):
     import envkit  # noqa: F401
     from trainers.openrlhf.config import BackendConfig
     from trainers.openrlhf.gym_executor import GymAgentExecutor
-    from trainers.openrlhf.records import RolloutSpec
     from trainers.openrlhf.rollout_actor import run_planned
+    from trainers.openrlhf.rollout_records import RolloutSpec
 
     ex = GymAgentExecutor(BackendConfig(env_id="envkit/Toy-v0", n_samples_per_prompt=2, max_turns=2))
     specs = [RolloutSpec("g", i).to_dict() for i in range(2)]

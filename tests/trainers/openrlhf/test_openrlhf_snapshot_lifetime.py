@@ -49,7 +49,7 @@ def test_executor_discards_every_snapshot_and_the_swe_layer_store_stays_bounded(
     from envs.swe.layers import LayerStore
     from trainers.openrlhf.config import BackendConfig
     from trainers.openrlhf.gym_executor import GymAgentExecutor
-    from trainers.openrlhf.records import RESPONSE_KEY, RolloutRecord
+    from trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord
 
     torch.set_num_threads(1)
     model, tok, action = file_writing_policy

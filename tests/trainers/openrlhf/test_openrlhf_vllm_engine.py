@@ -159,7 +159,7 @@ def _ids(tok, text):
 def test_rho0_prompt_embeds_reproduce_token_prompt_plus_anchor(engine, tok, anchors):
     import ray
 
-    from trainers.openrlhf.records import RolloutSpec
+    from trainers.openrlhf.rollout_records import RolloutSpec
 
     actor, _ = engine
     ray.get(actor.take_log.remote())
@@ -185,7 +185,7 @@ def test_extra_row_is_edens_perturbation_of_the_live_anchor_row(engine, tok, tab
     import ray
 
     from trainers.explorers.eden import perturb
-    from trainers.openrlhf.records import RolloutSpec
+    from trainers.openrlhf.rollout_records import RolloutSpec
 
     actor, _ = engine
     prompt = _ids(tok, "Reply with one admissible action.")
@@ -234,7 +234,7 @@ def test_multi_turn_episodes_record_the_engines_tokens(engine, tok, anchors, env
     import ray
     from vllm import SamplingParams
 
-    from trainers.openrlhf.records import RESPONSE_KEY, RolloutRecord, RolloutSpec
+    from trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord, RolloutSpec
 
     actor, cfg = engine
     ray.get(actor.take_log.remote())

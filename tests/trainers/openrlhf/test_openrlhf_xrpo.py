@@ -67,7 +67,7 @@ def test_phased_rollouts_keep_budget_and_seed_all_fail_prompts(tokenizer):
     import envkit  # noqa: F401
     from trainers.openrlhf.config import BackendConfig
     from trainers.openrlhf.gym_executor import GymAgentExecutor
-    from trainers.openrlhf.records import RolloutRecord
+    from trainers.openrlhf.rollout_records import RolloutRecord
     from trainers.openrlhf.xrpo_rounds import XrpoRounds
 
     cfg = BackendConfig(
@@ -112,7 +112,7 @@ def test_variable_groups_and_sharpening_equal_trainer_core(strategy_factory):
     from trainers.explorers.xrpo import sharpen
     from trainers.openrlhf.config import BackendConfig
     from trainers.openrlhf.experience import EnvkitExperienceMaker
-    from trainers.openrlhf.records import INFO_KEY, RolloutRecord, RolloutSpec
+    from trainers.openrlhf.rollout_records import INFO_KEY, RolloutRecord, RolloutSpec
 
     groups = ["a"] * 5 + ["b"] * 2 + ["c"] * 5
     rewards = [1, 0, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0]
