@@ -34,6 +34,8 @@ from envkit.spaces import FreeText
 
 #: How many discarded handles a `RemoteEnv` remembers for its own error message.
 DISCARDED_KEPT = 4096
+#: The client's own action check: type and valid text only; the length limit is the server env's.
+_ANY_LENGTH = FreeText(1 << 62)
 
 TOKEN_ENV = "ENVKIT_SERVE_TOKEN"
 
@@ -212,6 +214,6 @@ class RemoteEnv(gym.Env[str, str]):
 
 def _check_action(action: object) -> None:
     """Refuse what no env accepts before a round trip (the server checks again: `envkit.spaces.FreeText`)."""
-    why = FreeText(1 << 62).why_not(action)  # the length limit is the server env's
+    why = _ANY_LENGTH.why_not(action)
     if why is not None:
         raise InvalidActionError(why)
