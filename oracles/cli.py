@@ -27,8 +27,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from envkit.errors import EnvkitError
-from envkit.oracles.command_line import cli, parse_kwargs
 from envkit.oracles.pipeline import RunConfig, summarize, summary_path
+from envkit.runtime.command_line import cli, parse_kwargs
 
 __all__ = ["Envs", "Export", "Inspect", "main", "parse_kwargs", "print_summary"]
 

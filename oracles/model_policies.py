@@ -50,7 +50,7 @@ class TransformersPolicy:
     """A local causal LM as a policy.
 
     Args:
-        model: A model path (anything `envkit.oracles.models.ModelConfig.path` accepts) or a loaded causal LM.
+        model: A model path (anything `envkit.runtime.models.ModelConfig.path` accepts) or a loaded causal LM.
         tokenizer: The tokenizer, when `model` is a loaded model.
         mode: ``generate`` (free text, first line of the reply) or ``choose`` (sample one of the admissible actions
             with probability softmax(sequence log-prob / temperature); falls back to generate without a list).

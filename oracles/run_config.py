@@ -22,8 +22,8 @@ import tyro
 
 from envkit.credit.sero import SeroConfig, SeroOptions
 from envkit.credit.state_keys import StateKeyKind
-from envkit.oracles.command_line import key_values
 from envkit.registration import ENVS, EnvEntry, env_facts
+from envkit.runtime.command_line import key_values
 
 __all__ = ["DEFAULT_ENV", "RunConfig"]
 

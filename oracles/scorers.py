@@ -7,7 +7,7 @@ candidate action, which `envkit.credit.reachability.choice_logprob` turns into a
 
 Implementations:
     `TransformersScorer`: a local causal LM (a Hugging Face folder, a ``.gguf`` file, ``smollm2``, ``tiny:bytes``;
-        loaded by `envkit.oracles.models.load_model`), prompts from `envkit.oracles.prompts`.
+        loaded by `envkit.runtime.models.load_model`), prompts from `envkit.oracles.prompts`.
     `UniformScorer`: a policy uniform over the admissible actions (for tests and as a model-free default).
 
 Example:
@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from typing import Any, Protocol, runtime_checkable
 
 from envkit.errors import EnvkitError, require
-from envkit.oracles.hf_cache import output_cache, with_cache
 from envkit.oracles.prompts import PromptConfig, admissible, render, turn_messages
 from envkit.policies import PolicyInput
+from envkit.runtime.hf_cache import output_cache, with_cache
 
 
 @runtime_checkable
@@ -76,7 +76,7 @@ class TransformersScorer:
     """Scores actions with a local causal LM (teacher forcing, one forward pass per mini-batch).
 
     Args:
-        model: A model path (anything `envkit.oracles.models.ModelConfig.path` accepts) or a loaded causal LM.
+        model: A model path (anything `envkit.runtime.models.ModelConfig.path` accepts) or a loaded causal LM.
         tokenizer: The tokenizer, when `model` is a loaded model.
         device: ``cpu``, ``cuda`` or ``auto``.
         batch_size: Pairs per forward pass.
@@ -102,7 +102,7 @@ class TransformersScorer:
         self.prefix_cache = prefix_cache
         self.torch = require("torch", "train", what="the transformers scorer")
         if isinstance(model, str):
-            from envkit.oracles.models import ModelConfig, load_model
+            from envkit.runtime.models import ModelConfig, load_model
 
             model, tokenizer = load_model(ModelConfig(path=model, device=device))
         elif tokenizer is None:

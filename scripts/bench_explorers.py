@@ -34,7 +34,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from envkit.oracles.models import ModelConfig, load_model
+from envkit.runtime.models import ModelConfig, load_model
 from envkit.trainers.explorers.eden import EdenConfig
 from envkit.trainers.explorers.xrpo import XrpoConfig
 from envkit.trainers.local.tasks import make_task

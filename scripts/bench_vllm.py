@@ -64,7 +64,7 @@ def bench_transformers(folder: Path, prompts: list[list[int]], new: int, repeats
     """`envkit.trainers.local.generation.sample` (the local trainer's generation) on the float32 model."""
     import torch
 
-    from envkit.oracles.models import ModelConfig, load_model
+    from envkit.runtime.models import ModelConfig, load_model
     from envkit.trainers.local.generation import sample
 
     torch.set_num_threads(threads)
@@ -153,7 +153,7 @@ def main() -> None:
     import vllm
     from transformers import AutoTokenizer
 
-    from envkit.oracles.models import gguf_to_folder, smollm2_gguf
+    from envkit.runtime.models import gguf_to_folder, smollm2_gguf
 
     folder = Path(args.model) if args.model else gguf_to_folder(smollm2_gguf())
     tok = AutoTokenizer.from_pretrained(folder)

@@ -48,9 +48,9 @@ import numpy as np
 import torch
 
 from envkit.credit.sero import SeroOptions
-from envkit.oracles.models import ModelConfig, load_model
 from envkit.oracles.numbered import register_numbered
 from envkit.registration import make
+from envkit.runtime.models import ModelConfig, load_model
 from envkit.trainers.local.agent_bc import bc_warmup, demo_rows, demo_words, oracle_demos
 from envkit.trainers.local.multi_turn import AgentConfig, play
 from envkit.trainers.local.trainer import LocalTrainer, TrainConfig

@@ -52,7 +52,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from envkit.oracles.models import ModelConfig, load_model
+from envkit.runtime.models import ModelConfig, load_model
 from envkit.trainers.explorers.anchors import decoded_vocab
 from envkit.trainers.explorers.eden import EdenConfig
 from envkit.trainers.explorers.xrpo import XrpoConfig

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from envkit.oracles.models import ModelConfig
+from envkit.runtime.models import ModelConfig
 from envkit.trainers.local.multi_turn import AgentConfig
 from envkit.trainers.local.trainer import LocalTrainer, TrainConfig
 

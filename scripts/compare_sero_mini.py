@@ -87,8 +87,8 @@ from envkit.core import Step
 from envkit.envs.minishop.env import MiniShopEnv
 from envkit.envs.minishop.tasks import SPLIT_SIZES, vocabulary
 from envkit.oracles.base import make_oracle, run_oracle
-from envkit.oracles.models import ModelConfig, load_model
 from envkit.registration import env_facts, make
+from envkit.runtime.models import ModelConfig, load_model
 from envkit.trainers.explorers.branch import BranchConfig
 from envkit.trainers.local.agent_bc import bc_warmup, demo_rows, demo_words
 from envkit.trainers.local.agent_branch import AgentBranchDriver

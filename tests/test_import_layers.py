@@ -1,4 +1,4 @@
-"""Layers only point down: envkit <- envs <- oracles <- trainers, serve <- interop <- scripts (ARCHITECTURE.md).
+"""Layers only point down: envkit <- runtime <- envs <- oracles <- trainers, serve <- interop <- scripts (ARCHITECTURE.md).
 
 Every module's imports are read with `ast` (module-level and lazy ones inside functions alike), so an upward
 import fails here even when it only runs on some code path. Inside `envs`, the shared modules (directly under
@@ -16,10 +16,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+# runtime (models, tokenizers, KV-cache argument, command lines) sits on envkit core, below every domain layer;
 # serve (the env server) and trainers both sit on oracles; interop (adapters to other frameworks) on both.
-RANK = {"envkit": 0, "envs": 1, "oracles": 2, "trainers": 3, "serve": 3, "interop": 4, "scripts": 5}
+RANK = {"envkit": 0, "runtime": 1, "envs": 2, "oracles": 3, "trainers": 4, "serve": 4, "interop": 5, "scripts": 6}
 #: Layers whose folders sit at the repository's root and install under envkit (envkit/envs -> ../envs, ...).
-UNDER_ENVKIT = ("envs", "oracles", "trainers", "serve", "interop")
+UNDER_ENVKIT = ("runtime", "envs", "oracles", "trainers", "serve", "interop")
 ENVKIT_THIRD_PARTY = {"numpy", "gymnasium"}
 
 
@@ -96,6 +97,11 @@ def test_every_module_imports_only_downward():
         ("envkit", "import torch\n", "import lazily"),
         ("envkit", "def f():\n    import torch\n", None),
         ("trainers", "from envkit.credit.sero import select_roots\n", None),
+        ("runtime", "def f():\n    from envkit.envs.swe.env import SweEnv\n", "points up (runtime -> envs)"),
+        ("runtime", "from envkit.oracles.base import Oracle\n", "points up (runtime -> oracles)"),
+        ("runtime", "import runtime.models\n", "installs it as envkit.runtime.models"),
+        ("envs", "from envkit.runtime.models import load_model\n", None),
+        ("envkit", "from envkit.runtime.command_line import cli\n", "points up (envkit -> runtime)"),
     ],
 )
 def test_the_check_sees_lazy_and_module_level_imports(tmp_path, monkeypatch, pkg, source, expected):

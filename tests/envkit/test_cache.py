@@ -24,7 +24,7 @@ def test_alfworld_games_and_converted_models_live_under_it(monkeypatch, tmp_path
     monkeypatch.setenv("ENVKIT_CACHE", str(tmp_path))
     monkeypatch.delenv("ENVKIT_MODEL_CACHE", raising=False)
     assert default_cache_dir() == tmp_path / "alfworld"
-    from envkit.oracles.models import model_cache  # imports no torch at module level
+    from envkit.runtime.models import model_cache  # imports no torch at module level
 
     assert model_cache() == tmp_path / "models"
     monkeypatch.setenv("ENVKIT_MODEL_CACHE", str(tmp_path / "m"))

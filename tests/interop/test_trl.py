@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow  # imports trl + transformers (~30 s)
 
 
 def _tokenizer():
-    from envkit.oracles.models import byte_tokenizer
+    from envkit.runtime.models import byte_tokenizer
 
     tok = byte_tokenizer()  # a byte-level tokenizer built offline, with TRL's own Qwen3 tool-calling template
     tok.chat_template = (Path(trl.__file__).parent / "chat_templates" / "qwen3.jinja").read_text()
@@ -56,7 +56,7 @@ def test_grpo_trainer_runs_on_an_envkit_env_and_logs_its_rewards(tmp_path):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from envkit.oracles.models import ModelConfig, tiny_model
+    from envkit.runtime.models import ModelConfig, tiny_model
 
     tok = _tokenizer()
     model = tiny_model(

@@ -28,7 +28,7 @@ from verl.utils.dataset.rl_dataset import RLHFDataset  # noqa: E402
 from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
 import envkit.interop.verl  # noqa: E402,F401  (registers "envkit")
-from envkit.oracles.models import ModelConfig, byte_tokenizer, tiny_model  # noqa: E402
+from envkit.runtime.models import ModelConfig, byte_tokenizer, tiny_model  # noqa: E402
 
 
 class LocalGeneration:

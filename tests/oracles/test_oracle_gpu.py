@@ -9,9 +9,9 @@ pytest.importorskip("transformers")
 
 from envkit.credit.sero import SeroOptions  # noqa: E402
 from envkit.oracles.model_policies import TransformersPolicy  # noqa: E402
-from envkit.oracles.models import ModelConfig, load_model  # noqa: E402
 from envkit.oracles.scorers import TransformersScorer  # noqa: E402
 from envkit.policies import PolicyInput  # noqa: E402
+from envkit.runtime.models import ModelConfig, load_model  # noqa: E402
 
 ADM = {"admissible_actions": ["left", "right", "stay", "teleport"]}
 

@@ -16,10 +16,10 @@ torch.set_num_threads(1)
 from envkit.credit.sero import SeroOptions  # noqa: E402
 from envkit.errors import EnvkitError  # noqa: E402
 from envkit.oracles.model_policies import OpenAIChatPolicy, TransformersPolicy, clean_action, make_policy  # noqa: E402
-from envkit.oracles.models import ModelConfig, load_model  # noqa: E402
 from envkit.oracles.prompts import render, turn_messages  # noqa: E402
 from envkit.oracles.scorers import TransformersScorer, make_scorer  # noqa: E402
 from envkit.policies import PolicyInput, RandomAdmissiblePolicy, ScriptedPolicy  # noqa: E402
+from envkit.runtime.models import ModelConfig, load_model  # noqa: E402
 
 ADM = {"admissible_actions": ["left", "right", "stay", "teleport"]}
 

@@ -30,7 +30,7 @@ class _Payload:
 
 
 def _tiny():
-    from envkit.oracles.models import ModelConfig, load_model
+    from envkit.runtime.models import ModelConfig, load_model
 
     return load_model(ModelConfig(path="tiny:arith", hidden_size=16, layers=1, heads=2, device="cpu"))
 

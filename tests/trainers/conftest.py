@@ -34,7 +34,7 @@ def file_writing_policy() -> tuple[Any, Any, str]:
     """
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
-    from envkit.oracles.models import byte_tokenizer
+    from envkit.runtime.models import byte_tokenizer
 
     tok = byte_tokenizer()
     tok.add_tokens([WRITE_ACTION])

@@ -9,7 +9,7 @@
 
 Example:
     >>> import torch
-    >>> from envkit.oracles.models import ModelConfig, load_model
+    >>> from envkit.runtime.models import ModelConfig, load_model
     >>> model, tok = load_model(ModelConfig(path="tiny:arith", hidden_size=32, layers=1, device="cpu"))
     >>> out = sample(model, tok, [tok("1+2=")["input_ids"]], [1.0], max_new_tokens=3, seed=0)
     >>> len(out.tokens[0]) <= 3
@@ -25,7 +25,7 @@ from typing import Any
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
-from envkit.oracles.hf_cache import with_cache
+from envkit.runtime.hf_cache import with_cache
 from envkit.trainers.local.shared_prefix import distinct, left_padded, prompt_pass
 
 

@@ -14,7 +14,7 @@ prompt costs 1/G of the compute. XRPO's ICL-prefixed prompts, several times long
 
 Example:
     >>> import torch
-    >>> from envkit.oracles.models import ModelConfig, load_model
+    >>> from envkit.runtime.models import ModelConfig, load_model
     >>> model, tok = load_model(ModelConfig(path="tiny:arith", hidden_size=32, layers=1, device="cpu"))
     >>> p = tok("1+2=")["input_ids"]
     >>> out = response_logits(model, [p, p], [[5, 6], [7]], tok.pad_token_id)
@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from envkit.oracles.hf_cache import output_cache, with_cache
+from envkit.runtime.hf_cache import output_cache, with_cache
 
 
 @dataclass(frozen=True)
@@ -96,7 +96,7 @@ def response_logits(
     """Logits of every response position, each distinct prompt computed once (see the module docstring).
 
     Args:
-        model: A transformers causal LM that accepts a KV cache (`envkit.oracles.hf_cache`) / ``position_ids`` /
+        model: A transformers causal LM that accepts a KV cache (`envkit.runtime.hf_cache`) / ``position_ids`` /
             ``logits_to_keep``.
         prompts: B non-empty prompt token-id lists (rows of one group repeat the same prompt).
         responses: B response token-id lists.

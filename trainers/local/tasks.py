@@ -3,7 +3,7 @@
 A task hands out `Problem`s and scores completions with rewards in [0, 1] (1 = correct). Two kinds:
 
 - `ArithmeticTask`: ``"37+45="`` -> ``"82"``, verified exactly in-process. Small models learn it in minutes on a
-  CPU (the char-level tokenizer from `envkit.oracles.models.arithmetic_tokenizer` has only the task's tokens).
+  CPU (the char-level tokenizer from `envkit.runtime.models.arithmetic_tokenizer` has only the task's tokens).
 - `EnvTask`: a single-turn envkit env such as ``envkit/Math-v0`` or ``envkit/Code-v0``: the prompt is the
   observation of ``reset(seed=...)`` and the reward comes from the env's own verifier (its batch API
   ``verify_many`` when it has one, else one `step` per completion from a restored snapshot).

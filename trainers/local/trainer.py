@@ -34,9 +34,9 @@ import torch
 from tqdm import tqdm
 
 from envkit.credit.advantages import group_advantages, zero_advantage_fraction
-from envkit.oracles.models import ModelConfig, load_model
 from envkit.progress import ProgressLines, is_terminal
 from envkit.registration import env_facts
+from envkit.runtime.models import ModelConfig, load_model
 from envkit.trainers.explorers.branch import BranchConfig
 from envkit.trainers.explorers.eden import EdenConfig
 from envkit.trainers.explorers.xrpo import XrpoConfig
@@ -62,7 +62,7 @@ class TrainConfig:
             (``envkit/Math-v0``, ``envkit/Code-v0``: the env's verifier) or a multi-turn envkit id
             (``envkit/Toy-v0``, ``envkit/WebShop-v0``, ``envkit/ALFWorld-v0``).
         env_kwargs: JSON object of keyword arguments for the env (e.g. ``{"rg_tasks": ["products"]}``).
-        model: Which model (see `envkit.oracles.models`).
+        model: Which model (see `envkit.runtime.models`).
         run_dir: Output folder (metrics.jsonl, tb/, checkpoints/, curves.png).
         steps: RL steps (the run's last step number; a resumed run continues up to it).
         seed: Seed of prompt sampling, rollouts and EDEN noise.

@@ -14,7 +14,7 @@ generated past its stop token (the pads generate keeps feeding until every row s
 
 Example:
     >>> import torch
-    >>> from envkit.oracles.models import ModelConfig, load_model
+    >>> from envkit.runtime.models import ModelConfig, load_model
     >>> model, tok = load_model(ModelConfig(path="tiny:bytes", hidden_size=32, layers=1, device="cpu"))
     >>> cache = TurnCache(model, tok)
     >>> ctx = [tok("hello")["input_ids"], tok("hi there")["input_ids"]]
@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from envkit.oracles.hf_cache import output_cache, with_cache
+from envkit.runtime.hf_cache import output_cache, with_cache
 from envkit.trainers.local.generation import Samples, collect_samples, sampling_setup
 from envkit.trainers.local.shared_prefix import left_padded
 

@@ -11,7 +11,7 @@ and held-out problems (`heldout`), so held-out accuracy measures whether the mod
 not the particular prompts it saw.
 
 `word_tokenizer` builds the word-level tokenizer (specials + every word), `save_word_model` a randomly
-initialised tiny Llama on it as a Hugging Face folder that `envkit.oracles.models.ModelConfig(path=...)` loads.
+initialised tiny Llama on it as a Hugging Face folder that `envkit.runtime.models.ModelConfig(path=...)` loads.
 
 Example:
     >>> import numpy as np
@@ -170,9 +170,9 @@ def save_word_model(folder: Path, words: Sequence[str], *, hidden_size: int = 12
                     init_seed: int = 0) -> Path:  # fmt: skip
     """A randomly initialised tiny Llama (tied embeddings) on `word_tokenizer(words)`, saved as a Hugging Face folder.
 
-    Llama, not Qwen2 as in `envkit.oracles.models.tiny_model`: transformers 5's ``AutoTokenizer`` forces its Qwen2
+    Llama, not Qwen2 as in `envkit.runtime.models.tiny_model`: transformers 5's ``AutoTokenizer`` forces its Qwen2
     tokenizer class on a qwen2 folder (which drops the word-level model), but honours ``TokenizersBackend`` for
-    llama, so `envkit.oracles.models.load_model` gets this tokenizer back.
+    llama, so `envkit.runtime.models.load_model` gets this tokenizer back.
     """
     import torch
     import transformers

@@ -26,7 +26,7 @@ import tyro
 from envkit.config_io import from_data
 from envkit.credit.advantage_options import AdvantageOptions
 from envkit.credit.sero import SeroOptions
-from envkit.oracles.command_line import id_list, json_object
+from envkit.runtime.command_line import id_list, json_object
 from envkit.trainers.explorers.eden import EdenConfig
 from envkit.trainers.explorers.xrpo import XrpoConfig
 

@@ -38,7 +38,7 @@ from typing import Annotated, Any
 
 import tyro
 
-from envkit.oracles.command_line import cli, fail
+from envkit.runtime.command_line import cli, fail
 from envkit.trainers.openrlhf.argv import ArgvError, int_flag, openrlhf_argv, split_argv
 from envkit.trainers.openrlhf.config import CONFIG_ENV, BackendConfig
 

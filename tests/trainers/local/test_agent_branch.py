@@ -11,7 +11,7 @@ pytest.importorskip("transformers")
 
 from envkit.credit.advantage_options import AdvantageOptions  # noqa: E402
 from envkit.errors import SnapshotError  # noqa: E402
-from envkit.oracles.models import ModelConfig  # noqa: E402
+from envkit.runtime.models import ModelConfig  # noqa: E402
 from envkit.trainers.local import multi_turn  # noqa: E402
 from envkit.trainers.local.agent_batch import collect_agent_batch  # noqa: E402
 from envkit.trainers.local.agent_branch import AgentBranchDriver, branch_config, fork  # noqa: E402
@@ -152,7 +152,7 @@ def test_sero_single_turn_and_snapshotless_forks_are_refused(tmp_path):
 
 
 def test_decision_entropies_match_the_full_forward_at_the_sampling_temperature():
-    from envkit.oracles.models import load_model
+    from envkit.runtime.models import load_model
     from envkit.trainers.local.agent_branch import decision_entropies
     from envkit.trainers.local.generation import batch_sequences
     from envkit.trainers.local.multi_turn import EpisodeSpec, play_specs

@@ -9,7 +9,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import envkit.trainers.local.multi_turn as mt  # noqa: E402
-from envkit.oracles.models import ModelConfig  # noqa: E402
+from envkit.runtime.models import ModelConfig  # noqa: E402
 from envkit.trainers.explorers.eden import EdenConfig, absorb, eden_advantages, select_noisy  # noqa: E402
 from envkit.trainers.local.agent_batch import collect_agent_batch  # noqa: E402
 from envkit.trainers.local.multi_turn import AgentConfig, Episode  # noqa: E402

@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from envkit.core import Step, jsonable  # noqa: E402
-from envkit.oracles.models import ModelConfig  # noqa: E402
+from envkit.runtime.models import ModelConfig  # noqa: E402
 from envkit.trainers.local.agent_branch import fork  # noqa: E402
 from envkit.trainers.local.multi_turn import AgentConfig, Episode  # noqa: E402
 

@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 
 import envkit.trainers.local.update as update_mod  # noqa: E402
 from envkit.credit.advantages import group_advantages  # noqa: E402
-from envkit.oracles.models import ModelConfig  # noqa: E402
+from envkit.runtime.models import ModelConfig  # noqa: E402
 from envkit.trainers.explorers.eden import EdenConfig  # noqa: E402
 from envkit.trainers.local.prompt_encoding import encode_prompt  # noqa: E402
 from envkit.trainers.local.trainer import LocalTrainer, TrainConfig  # noqa: E402

@@ -11,8 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from envkit.oracles.hf_cache import cache_kwarg, output_cache  # noqa: E402
-from envkit.oracles.models import ModelConfig, load_model  # noqa: E402
+from envkit.runtime.hf_cache import cache_kwarg, output_cache  # noqa: E402
+from envkit.runtime.models import ModelConfig, load_model  # noqa: E402
 from envkit.trainers.local.generation import sample  # noqa: E402
 from envkit.trainers.local.shared_prefix import response_logits  # noqa: E402
 from envkit.trainers.local.turn_cache import TurnCache  # noqa: E402

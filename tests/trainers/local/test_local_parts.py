@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from envkit.oracles.models import ModelConfig, load_model  # noqa: E402
+from envkit.runtime.models import ModelConfig, load_model  # noqa: E402
 from envkit.trainers.explorers.eden import EdenConfig  # noqa: E402
 from envkit.trainers.explorers.xrpo import XrpoConfig  # noqa: E402
 from envkit.trainers.local.generation import batch_sequences, sample, score  # noqa: E402

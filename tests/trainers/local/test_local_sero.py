@@ -17,7 +17,7 @@ pytest.importorskip("transformers")
 from envkit.credit.advantage_options import AdvantageOptions  # noqa: E402
 from envkit.credit.reachability import ReachConfig, reachability_weights  # noqa: E402
 from envkit.credit.sero import SeroOptions  # noqa: E402
-from envkit.oracles.models import ModelConfig  # noqa: E402
+from envkit.runtime.models import ModelConfig  # noqa: E402
 from envkit.trainers.local.agent_batch import collect_agent_batch  # noqa: E402
 from envkit.trainers.local.generation import batch_sequences, score  # noqa: E402
 from envkit.trainers.local.multi_turn import AgentConfig  # noqa: E402

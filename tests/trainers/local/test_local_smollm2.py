@@ -9,7 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from envkit.oracles.models import ModelConfig  # noqa: E402
+from envkit.runtime.models import ModelConfig  # noqa: E402
 from envkit.trainers.local.prompt_encoding import decode, encode_prompt  # noqa: E402
 from envkit.trainers.local.trainer import LocalTrainer, TrainConfig  # noqa: E402
 

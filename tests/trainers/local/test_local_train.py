@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from envkit.oracles.models import ModelConfig, byte_tokenizer  # noqa: E402
+from envkit.runtime.models import ModelConfig, byte_tokenizer  # noqa: E402
 from envkit.trainers.local.checkpoint import latest_checkpoint  # noqa: E402
 from envkit.trainers.local.metrics import MetricsLogger, plot_metrics, read_metrics  # noqa: E402
 from envkit.trainers.local.multi_turn import AgentConfig, continuation_ids  # noqa: E402

@@ -10,7 +10,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from envkit.oracles.models import ModelConfig, load_model  # noqa: E402
+from envkit.runtime.models import ModelConfig, load_model  # noqa: E402
 from envkit.trainers.local.agent_bc import oracle_demos  # noqa: E402
 from envkit.trainers.local.generation import batch_sequences, score  # noqa: E402
 from envkit.trainers.local.probe import ProbePair, oracle_path_pairs, probe  # noqa: E402

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import pytest
 
-from envkit.oracles.hf_cache import cache_kwarg
+from envkit.runtime.hf_cache import cache_kwarg
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from envkit.oracles.models import ModelConfig, load_model  # noqa: E402
+from envkit.runtime.models import ModelConfig, load_model  # noqa: E402
 from envkit.trainers.local.generation import batch_sequences, sample, score  # noqa: E402
 from envkit.trainers.local.prompt_encoding import encode_prompt  # noqa: E402
 from envkit.trainers.local.shared_prefix import distinct, response_logits  # noqa: E402

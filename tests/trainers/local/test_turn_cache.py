@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from envkit.oracles.models import ModelConfig, load_model  # noqa: E402
+from envkit.runtime.models import ModelConfig, load_model  # noqa: E402
 from envkit.trainers.local.generation import sample  # noqa: E402
 from envkit.trainers.local.multi_turn import AgentConfig, play  # noqa: E402
 from envkit.trainers.local.turn_cache import TurnCache  # noqa: E402

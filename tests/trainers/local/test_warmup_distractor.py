@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from envkit.oracles.models import ModelConfig, load_model
+from envkit.runtime.models import ModelConfig, load_model
 from envkit.trainers.local.warmup import sft_warmup
 from envkit.trainers.local.word_tasks import WordSequenceTask, save_word_model
 

@@ -29,7 +29,7 @@ def test_sample_draws_train_problems_only_and_check_scores_exact_well_formed_ans
 
 def test_word_model_round_trips_through_load_model(tmp_path):
     pytest.importorskip("transformers")
-    from envkit.oracles.models import ModelConfig, load_model
+    from envkit.runtime.models import ModelConfig, load_model
 
     task = WordSequenceTask()
     folder = save_word_model(tmp_path / "m", task.words, hidden_size=32, layers=1)

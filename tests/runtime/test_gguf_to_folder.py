@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("gguf")
 
-from envkit.oracles.models import gguf_to_folder, model_cache, smollm2_gguf  # noqa: E402
+from envkit.runtime.models import gguf_to_folder, model_cache, smollm2_gguf  # noqa: E402
 
 pytestmark = [
     pytest.mark.slow,
