@@ -28,7 +28,7 @@ import urllib.request
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl
 
 import numpy as np
@@ -36,6 +36,9 @@ import numpy as np
 from envkit.errors import DataNotFoundError, EnvkitError, require
 from envkit.oracles.prompts import PromptConfig, admissible, render, turn_messages
 from envkit.policies import Policy, PolicyInput, RandomAdmissiblePolicy, ScriptedPolicy
+
+if TYPE_CHECKING:  # transformers is heavy: imported only where a model is loaded
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 def clean_action(text: str) -> str:
@@ -66,8 +69,8 @@ class TransformersPolicy:
 
     def __init__(
         self,
-        model: Any,
-        tokenizer: Any = None,
+        model: str | PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase | None = None,
         *,
         mode: str = "generate",
         temperature: float = 1.0,

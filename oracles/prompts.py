@@ -16,10 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envkit.core import Step
 from envkit.policies import PolicyInput
+
+if TYPE_CHECKING:  # transformers is heavy: only the annotation needs it
+    from transformers import PreTrainedTokenizerBase
 
 SYSTEM_PROMPT = (
     "You are an agent acting in a text environment. Read the observation and reply with exactly one action, "
@@ -76,10 +79,14 @@ def admissible(info: Mapping[str, Any]) -> list[str]:
     return [str(a) for a in acts]
 
 
-def render(tokenizer: Any, messages: list[dict[str, str]]) -> str:
+def render(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> str:
     """The prompt text of `messages` with the generation prompt: the tokenizer's chat template when it has one,
     else a plain ``role: content`` layout."""
     if getattr(tokenizer, "chat_template", None):
-        text: str = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        if not isinstance(text, str):  # tokenize=False returns the text; anything else is a tokenizer that ignored it
+            raise TypeError(
+                f"{type(tokenizer).__name__}.apply_chat_template(tokenize=False) returned {type(text).__name__}, not str"
+            )
         return text
     return "".join(f"{m['role']}: {m['content']}\n" for m in messages) + "assistant: "

@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from envkit.errors import EnvkitError, require
 from envkit.oracles.prompts import PromptConfig, admissible, render, turn_messages
 from envkit.policies import PolicyInput
 from envkit.runtime.hf_cache import output_cache, with_cache
+
+if TYPE_CHECKING:  # transformers is heavy: imported only where a model is loaded
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 @runtime_checkable
@@ -90,8 +93,8 @@ class TransformersScorer:
 
     def __init__(
         self,
-        model: Any,
-        tokenizer: Any = None,
+        model: str | PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase | None = None,
         *,
         device: str = "auto",
         batch_size: int = 8,

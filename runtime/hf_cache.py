@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import inspect
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # transformers is heavy: the helpers only read a model's class and an output's fields
+    from transformers import PreTrainedModel
 
 OLD, NEW = "past_key_values", "cache"
 
 
-def cache_kwarg(model: Any) -> str:
+def cache_kwarg(model: PreTrainedModel) -> str:
     """``"cache"`` when ``model.forward`` takes it (newer transformers), else ``"past_key_values"``."""
     forward = getattr(type(model), "forward", None)
     return _name(forward) if forward is not None else OLD
@@ -32,7 +35,7 @@ def _name(forward: Any) -> str:
     return NEW if NEW in params else OLD
 
 
-def with_cache(model: Any, cache: Any) -> dict[str, Any]:
+def with_cache(model: PreTrainedModel, cache: Any) -> dict[str, Any]:
     """``{name: cache}`` for ``model(...)`` / ``model.generate(...)`` keyword arguments."""
     return {cache_kwarg(model): cache}
 

@@ -21,10 +21,13 @@ import importlib.util
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from envkit.cache import cache_root
 from envkit.errors import DataNotFoundError, require
+
+if TYPE_CHECKING:  # transformers is heavy: imported only where a model is built
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 ARITH_CHARS = "0123456789+="
 SPECIALS = ("<pad>", "<bos>", "<eos>")
@@ -72,24 +75,25 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def arithmetic_tokenizer() -> Any:
+def arithmetic_tokenizer() -> PreTrainedTokenizerFast:
     """A char-level tokenizer over ``0-9 + =`` plus ``<pad> <bos> <eos>`` (built offline with `tokenizers`)."""
     return _char_tokenizer(ARITH_CHARS)
 
 
-def _char_tokenizer(chars: str) -> Any:
+def _char_tokenizer(chars: str) -> PreTrainedTokenizerFast:
     tokenizers = require("tokenizers", "train", what="the tiny arithmetic tokenizer")
     transformers = require("transformers", "train", what="the local trainer")
     vocab = {tok: i for i, tok in enumerate((*SPECIALS, *chars))}
     tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab=vocab, unk_token="<pad>"))
     tok.pre_tokenizer = tokenizers.pre_tokenizers.Split(tokenizers.Regex("."), behavior="isolated")
     tok.decoder = tokenizers.decoders.Fuse()
-    return transformers.PreTrainedTokenizerFast(
+    out: PreTrainedTokenizerFast = transformers.PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", padding_side="left"
     )
+    return out
 
 
-def byte_tokenizer() -> Any:
+def byte_tokenizer() -> PreTrainedTokenizerFast:
     """A byte-level tokenizer (256 byte symbols, no merges) plus specials and a ChatML-like chat template."""
     tokenizers = require("tokenizers", "train", what="the tiny byte tokenizer")
     transformers = require("transformers", "train", what="the local trainer")
@@ -98,7 +102,7 @@ def byte_tokenizer() -> Any:
     tok = tokenizers.Tokenizer(tokenizers.models.BPE(vocab=vocab, merges=[], unk_token="<pad>"))
     tok.pre_tokenizer = tokenizers.pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = tokenizers.decoders.ByteLevel()
-    out = transformers.PreTrainedTokenizerFast(
+    out: PreTrainedTokenizerFast = transformers.PreTrainedTokenizerFast(
         tokenizer_object=tok, pad_token="<pad>", bos_token="<bos>", eos_token="<eos>", padding_side="left"
     )
     out.chat_template = (
@@ -108,7 +112,7 @@ def byte_tokenizer() -> Any:
     return out
 
 
-def tiny_model(vocab_size: int, cfg: ModelConfig, tokenizer: Any) -> Any:
+def tiny_model(vocab_size: int, cfg: ModelConfig, tokenizer: PreTrainedTokenizerBase) -> PreTrainedModel:
     """A randomly initialised Qwen2 causal LM (tied embeddings) sized by `cfg`."""
     torch = require("torch", "train", what="the local trainer")
     transformers = require("transformers", "train", what="the local trainer")
@@ -127,7 +131,7 @@ def tiny_model(vocab_size: int, cfg: ModelConfig, tokenizer: Any) -> Any:
         eos_token_id=tokenizer.eos_token_id,
     )
     torch.manual_seed(cfg.init_seed)
-    model = transformers.Qwen2ForCausalLM(config)
+    model: PreTrainedModel = transformers.Qwen2ForCausalLM(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model
@@ -196,7 +200,7 @@ def gguf_to_folder(gguf: Path, out: Path | None = None) -> Path:
     return out
 
 
-def load_model(cfg: ModelConfig) -> tuple[Any, Any]:
+def load_model(cfg: ModelConfig) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """The (model, tokenizer) that `cfg` names, on `cfg.device`, in train mode.
 
     Raises:
@@ -205,6 +209,8 @@ def load_model(cfg: ModelConfig) -> tuple[Any, Any]:
     torch = require("torch", "train", what="the local trainer")
     transformers = require("transformers", "train", what="the local trainer")
     dtype = getattr(torch, cfg.dtype)
+    tok: PreTrainedTokenizerBase
+    model: PreTrainedModel
     if cfg.path.startswith("tiny:"):
         kind = cfg.path.split(":", 1)[1]
         if kind not in ("arith", "bytes"):
@@ -226,6 +232,7 @@ def load_model(cfg: ModelConfig) -> tuple[Any, Any]:
         if tok.pad_token_id is None:
             tok.pad_token = tok.eos_token
         model.generation_config.pad_token_id = tok.pad_token_id
-    model.to(device=resolve_device(cfg.device), dtype=dtype)
+    # PreTrainedModel.to is declared through functools.wraps(torch.nn.Module.to), which mypy reads as unbound
+    model.to(device=resolve_device(cfg.device), dtype=dtype)  # type: ignore[call-arg]
     model.train()
     return model, tok

@@ -28,7 +28,10 @@ import statistics
 import time
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # transformers' types for the annotations only
+    from transformers import PreTrainedTokenizerBase
 
 PROMPTS = [
     "What is 17 + 25? Answer with a number.",
@@ -42,7 +45,7 @@ PROMPTS = [
 ]
 
 
-def _chat_ids(tok: Any, n: int) -> list[list[int]]:
+def _chat_ids(tok: PreTrainedTokenizerBase, n: int) -> list[list[int]]:
     ids = []
     for i in range(n):
         msgs = [{"role": "user", "content": PROMPTS[i % len(PROMPTS)] + f" (case {i})"}]

@@ -42,7 +42,7 @@ import multiprocessing as mp
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -55,6 +55,9 @@ from envkit.trainers.local.agent_bc import bc_warmup, demo_rows, demo_words, ora
 from envkit.trainers.local.multi_turn import AgentConfig, play
 from envkit.trainers.local.trainer import LocalTrainer, TrainConfig
 from envkit.trainers.local.word_tasks import save_word_model
+
+if TYPE_CHECKING:  # transformers' types for the annotations only
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 ARMS: dict[str, tuple[str, bool]] = {
     "GRPO": ("grpo", False),
@@ -128,7 +131,14 @@ def _vocab_only_demos(name: str, env: dict[str, Any]) -> list[tuple[str, tuple]]
     return oracle_demos(vid, range(len(env["heldout"])), env["max_turns"])
 
 
-def evaluate(model: Any, tok: Any, env_id: str, tasks: list[int], acfg: AgentConfig, episodes: int) -> dict[str, Any]:
+def evaluate(
+    model: PreTrainedModel,
+    tok: PreTrainedTokenizerBase,
+    env_id: str,
+    tasks: list[int],
+    acfg: AgentConfig,
+    episodes: int,
+) -> dict[str, Any]:
     """Success of `episodes` sampled episodes (temperature 1) on each of the env's tasks at positions `tasks`."""
     model.eval()
     eps = play(model, tok, env_id, tasks, episodes, acfg, max_new_tokens=2, temperature=1.0, seed=4242)
@@ -178,7 +188,13 @@ def eval_train_tasks(n_train: int, demo_tasks: int, per_side: int) -> list[int]:
     return seen + unseen
 
 
-def eval_both(model: Any, tok: Any, env: dict[str, Any], acfg: AgentConfig, args: argparse.Namespace) -> dict:
+def eval_both(
+    model: PreTrainedModel,
+    tok: PreTrainedTokenizerBase,
+    env: dict[str, Any],
+    acfg: AgentConfig,
+    args: argparse.Namespace,
+) -> dict:
     """Success on the evaluated train tasks (`eval_train_tasks`) and on every held-out task."""
     train = eval_train_tasks(len(env["train"]), args.demo_tasks, args.eval_train_tasks // 2)
     tr = evaluate(model, tok, env["train_id"], train, acfg, args.eval_episodes)

@@ -22,7 +22,7 @@ import dataclasses
 import json
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -37,10 +37,15 @@ from envkit.trainers.local.tasks import ArithmeticTask
 from envkit.trainers.local.trainer import LocalTrainer, TrainConfig
 from envkit.trainers.local.warmup import sft_warmup
 
+if TYPE_CHECKING:  # transformers' types for the annotations only
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
 ARMS = ("none", "eden", "xrpo")
 
 
-def evaluate(model: Any, tok: Any, task: ArithmeticTask, n: int = 512, seed: int = 12345) -> dict[str, float]:
+def evaluate(
+    model: PreTrainedModel, tok: PreTrainedTokenizerBase, task: ArithmeticTask, n: int = 512, seed: int = 12345
+) -> dict[str, float]:
     """Mean reward on a fixed held-out set: one sample at temperature 1 (pass@1) and greedy (temperature ~0)."""
     problems = task.sample(np.random.default_rng(seed), n)
     prompts = [encode_prompt(tok, p.prompt, raw=True) for p in problems]

@@ -47,7 +47,7 @@ import multiprocessing as mp
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -61,6 +61,9 @@ from envkit.trainers.local.prompt_encoding import decode, encode_prompt
 from envkit.trainers.local.trainer import LocalTrainer, TrainConfig
 from envkit.trainers.local.warmup import sft_warmup
 from envkit.trainers.local.word_tasks import WordSequenceTask, save_word_model
+
+if TYPE_CHECKING:  # transformers' types for the annotations only
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 #: arm -> (explorer, EDEN ablation)
 ARMS: dict[str, tuple[Any, Any]] = {
@@ -82,7 +85,14 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
-def evaluate(model: Any, tok: Any, task: WordSequenceTask, n: int, ks: list[int], seed: int = 12345) -> dict:
+def evaluate(
+    model: PreTrainedModel,
+    tok: PreTrainedTokenizerBase,
+    task: WordSequenceTask,
+    n: int,
+    ks: list[int],
+    seed: int = 12345,
+) -> dict:
     """Held-out pass@1 / pass@k (n samples per problem at temperature 1) and greedy accuracy; train pass@1 on a
     fixed subset of the train problems (as many as held-out)."""
     model.eval()
@@ -103,13 +113,15 @@ def evaluate(model: Any, tok: Any, task: WordSequenceTask, n: int, ks: list[int]
     return out
 
 
-def word_ids(tok: Any) -> list[int]:
+def word_ids(tok: PreTrainedTokenizerBase) -> list[int]:
     """Ids of the vocabulary's alphabetic words (the warm-up's distractors; EDEN's anchor candidates are among
     them)."""
     return [i for i, w in enumerate(decoded_vocab(tok)) if w.isascii() and w.isalpha() and len(w) >= 2]
 
 
-def extra_position_accuracy(model: Any, tok: Any, task: WordSequenceTask, seed: int = 12345) -> float:
+def extra_position_accuracy(
+    model: PreTrainedModel, tok: PreTrainedTokenizerBase, task: WordSequenceTask, seed: int = 12345
+) -> float:
     """Greedy held-out accuracy with one random vocabulary word appended to each prompt: how well the model
     answers past one extra input position (what an EDEN noisy rollout adds; rho = 0 is exactly this)."""
     rng = np.random.default_rng(seed)

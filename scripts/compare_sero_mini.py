@@ -77,7 +77,7 @@ import time
 from concurrent.futures import Future, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import torch
@@ -96,6 +96,9 @@ from envkit.trainers.local.generation import batch_sequences, score
 from envkit.trainers.local.multi_turn import AgentConfig, play
 from envkit.trainers.local.trainer import LocalTrainer, TrainConfig
 from envkit.trainers.local.word_tasks import save_word_model
+
+if TYPE_CHECKING:  # transformers' types for the annotations only
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 TRAIN_ID, HELDOUT_ID = "envkit/MiniShop-v0", "envkit/MiniShopHeldout-v0"
 JSON_NAME, PNG_NAME = "compare_sero_mini.json", "compare_sero_mini.png"
@@ -214,7 +217,14 @@ def warm_up(cfg: Config, demos: Demos) -> tuple[Path, dict[str, Any]]:
     return folder, stats
 
 
-def success(model: Any, tok: Any, env_id: str, tasks: list[int], episodes: int, acfg: AgentConfig) -> list[float]:
+def success(
+    model: PreTrainedModel,
+    tok: PreTrainedTokenizerBase,
+    env_id: str,
+    tasks: list[int],
+    episodes: int,
+    acfg: AgentConfig,
+) -> list[float]:
     """Per task, the success share of `episodes` sampled episodes (temperature 1)."""
     model.eval()
     n = SPLIT_SIZES["train" if env_id == TRAIN_ID else "heldout"]
@@ -226,7 +236,9 @@ def success(model: Any, tok: Any, env_id: str, tasks: list[int], episodes: int, 
     return per_task.round(3).tolist()
 
 
-def probe(model: Any, tok: Any, demos: list[tuple[str, tuple[Step, ...]]]) -> dict[str, float]:
+def probe(
+    model: PreTrainedModel, tok: PreTrainedTokenizerBase, demos: list[tuple[str, tuple[Step, ...]]]
+) -> dict[str, float]:
     """Teacher-forced probability of the oracle's label at each task's two deciding states, along the oracle's own
     path: ``click`` (the right item on the results page: action 1), ``buy`` (``buy`` on its page: action 2),
     and their ``mean`` (the reading rule's probe)."""
@@ -244,7 +256,7 @@ def probe(model: Any, tok: Any, demos: list[tuple[str, tuple[Step, ...]]]) -> di
     return {"click": float(np.mean(click)), "buy": float(np.mean(buy)), "mean": float(np.mean(click + buy))}
 
 
-def evaluate(model: Any, tok: Any, demos: Demos, cfg: Config) -> dict[str, Any]:
+def evaluate(model: PreTrainedModel, tok: PreTrainedTokenizerBase, demos: Demos, cfg: Config) -> dict[str, Any]:
     acfg = agent_config(ARMS["GraphGPO"], cfg)
     train = success(model, tok, TRAIN_ID, train_eval_tasks(cfg), cfg.eval_episodes, acfg)
     held = success(model, tok, HELDOUT_ID, list(range(SPLIT_SIZES["heldout"])), cfg.eval_episodes, acfg)
