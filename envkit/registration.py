@@ -23,7 +23,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from envkit.credit.defaults import GAMMA_G
+from envkit.credit.defaults import GAMMA_G, MIN_ROOT_BUDGET
 
 NAMESPACE = "envkit"
 
@@ -56,7 +56,7 @@ class EnvEntry:
     description: str
     needs_data: str | None = None
     horizon: int = 30
-    min_root_budget: int = 2
+    min_root_budget: int = MIN_ROOT_BUDGET
     gamma_g: float = GAMMA_G
     oracle: str | None = None
     single_turn: bool = False

@@ -191,7 +191,9 @@ def _finish_chunk(
     for i, g, outs in zip(idx, groups, per_task, strict=True):
         ts = time.perf_counter()
         ws = [
-            reach_weights(scorer, g[o.root.trajectory].steps[: o.root.t], o, sero, f"task-{i}")
+            reach_weights(
+                scorer, g[o.root.trajectory].steps[: o.root.t], o, sero, f"task-{i}", weighting=cfg.sero.weighting
+            )
             if o.success
             else Weighted((), ())
             for o in outs

@@ -1,7 +1,7 @@
 """SERO's reachability weights of oracle steps from a policy scorer (METHODS.md section 4, step 5).
 
 `reach_weights` asks a policy `envkit.oracles.scorers.Scorer` for ``l_j`` of each oracle action (its length-normalised
-log-likelihood, or with ``SeroConfig.weighting="choice"`` the log-probability of choosing it among the
+log-likelihood, or with ``weighting="choice"`` (``--sero.weighting``) the log-probability of choosing it among the
 admissible actions), then applies `envkit.credit.reachability.reachability_weights` (floor, temperature,
 minimum). `oracle_turns` is the policy's view of each oracle step.
 """
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 
@@ -59,15 +60,24 @@ def oracle_turns(prefix: Sequence[Step], outcome: ContinuationOutcome, task_id: 
 
 
 def reach_weights(
-    scorer: Scorer, prefix: Sequence[Step], outcome: ContinuationOutcome, config: SeroConfig, task_id: str = ""
+    scorer: Scorer,
+    prefix: Sequence[Step],
+    outcome: ContinuationOutcome,
+    config: SeroConfig,
+    task_id: str = "",
+    *,
+    weighting: Literal["sequence", "choice"],
 ) -> Weighted:
-    """l_j from the scorer, then `envkit.credit.reachability.reachability_weights` (METHODS section 4, step 5)."""
+    """l_j from the scorer, then `envkit.credit.reachability.reachability_weights` (METHODS section 4, step 5).
+
+    ``weighting`` is the run's ``--sero.weighting`` (`envkit.oracles.run_config.OracleSeroOptions`).
+    """
     if not outcome.steps:
         return Weighted((), ())
     turns = oracle_turns(prefix, outcome, task_id)
     actions = [s.action for s in outcome.steps]
     fallbacks = 0
-    if config.weighting == "sequence":
+    if weighting == "sequence":
         ll = scorer.loglik(turns, actions)
     else:
         ll = []

@@ -2,11 +2,13 @@
 
 tyro builds the command line from this dataclass (`envkit.oracles.cli`), so each option's help and default is the
 field's own: ``--env``, ``--tasks``, ``--env-kwarg KEY=VALUE``, the SERO options nested as ``--sero.*``
-(`envkit.credit.sero.SeroOptions`, with the reachability weight as ``--sero.reach.*``). Settings that are facts of
+(`OracleSeroOptions`: the shared `envkit.credit.sero.SeroOptions` plus this pipeline's l_j ``weighting``, with the
+reachability weight as ``--sero.reach.*``; the trainers' oracle-row cap is not an option here: it acts only in a
+trainer). Settings that are facts of
 the env (episode budget, a root's minimum budget, GraphGPO's discount) default to None: the env's `EnvEntry`.
 
 Example:
-    >>> cfg = RunConfig(env_id="envkit/Toy-v0", sero=SeroOptions(roots_per_group=1))
+    >>> cfg = RunConfig(env_id="envkit/Toy-v0", sero=OracleSeroOptions(roots_per_group=1))
     >>> (cfg.horizon, cfg.sero_config.roots_per_group, cfg.sero_config.root_budget)
     (20, 1, 2)
 """
@@ -20,12 +22,12 @@ from typing import Annotated, Any, Literal
 
 import tyro
 
-from envkit.credit.sero import SeroConfig, SeroOptions
+from envkit.credit.sero import SeroConfig, SeroOptions, widen_options
 from envkit.credit.state_keys import StateKeyKind
 from envkit.registration import ENVS, EnvEntry, env_facts
 from envkit.runtime.command_line import key_values
 
-__all__ = ["DEFAULT_ENV", "RunConfig"]
+__all__ = ["DEFAULT_ENV", "OracleSeroOptions", "RunConfig"]
 
 DEFAULT_ENV = "envkit/WebShop-v0"
 
@@ -37,6 +39,22 @@ def _facts(name: str) -> str:
         f"{e.id.split('/')[-1].split('-')[0]} {getattr(e, name)}" for e in ENVS.values() if getattr(e, name) != default
     ]
     return ", ".join([*own, f"others {default}"])
+
+
+@dataclass(frozen=True)
+class OracleSeroOptions(SeroOptions):
+    """`SeroOptions` plus what only ``envkit-oracle rollout`` reads (``--sero.*``)."""
+
+    # --- how l_j of the reachability weight is scored ---
+    weighting: Literal["sequence", "choice"] = "sequence"
+    """How l_j of the reachability weight is computed: ``sequence`` (length-normalised log-likelihood of the
+    oracle action) or ``choice`` (its log-probability among the admissible actions; needs an env that lists
+    them). The trainers always use ``sequence`` (the trained model's own log-likelihood)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.weighting not in ("sequence", "choice"):
+            raise ValueError(f"--sero.weighting must be 'sequence' or 'choice', got {self.weighting!r}")
 
 
 @dataclass(frozen=True)
@@ -61,7 +79,8 @@ class RunConfig:
         state_key: GraphGPO's graph nodes (`envkit.credit.state_keys`): observation | env | graphgpo-recipe (None:
             the env's exact ``info["state_key"]`` when it offers one, else the observation; the summary counts
             the tasks per key as ``state_key_<kind>``).
-        sero: SERO options (roots per group, a root's minimum budget, l_j weighting, reachability weight).
+        sero: SERO options (roots per group, a root's minimum budget, l_j weighting, reachability weight; a
+            plain `SeroOptions` gets this pipeline's defaults).
         device: Device of model policies/scorers: auto | cpu | cuda.
         chunk_tasks: Tasks rolled out together (None: max(ceil(workers / group), ceil(workers / roots)), which
             keeps every worker busy in both phases and each worker on one task, so instance-bound native
@@ -91,7 +110,7 @@ class RunConfig:
         float | None, tyro.conf.arg(help=f"GraphGPO discount (None: the env's EnvEntry.gamma_g: {_facts('gamma_g')}).")
     ] = None
     state_key: StateKeyKind | None = None
-    sero: SeroOptions = field(default_factory=SeroOptions)
+    sero: OracleSeroOptions = field(default_factory=OracleSeroOptions)
     device: str = "auto"
     chunk_tasks: int | None = None
     progress: bool = True
@@ -106,6 +125,7 @@ class RunConfig:
             raise ValueError(f"--backend must be inprocess, subprocess, ray or remote, got {self.backend!r}")
         if not str(self.out).endswith((".parquet", ".jsonl")):
             raise ValueError(f"--out must end in .parquet or .jsonl, got {self.out!r}")
+        object.__setattr__(self, "sero", widen_options(self.sero, OracleSeroOptions, "RunConfig.sero"))
         self.sero_config  # noqa: B018  (validates the resolved SERO settings)
 
     @property
@@ -124,7 +144,7 @@ class RunConfig:
         facts = env_facts(self.env_id)
         return self.sero.resolve(
             horizon=self.horizon,
-            min_budget=facts.min_root_budget,
+            env_id=self.env_id,
             gamma_g=self.gamma_g if self.gamma_g is not None else facts.gamma_g,
             oracle_kwargs=self.oracle_kwargs,
         )
@@ -144,7 +164,7 @@ class RunConfig:
         d["oracle_kwargs"] = dict(self.oracle_kwargs)
         d.update(
             roots=sero.roots_per_group,
-            weighting=sero.weighting,
+            weighting=self.sero.weighting,
             p_floor=sero.reach.p_floor,
             tau_w=sero.reach.tau_w,
             w_min=sero.reach.w_min,

@@ -2,8 +2,9 @@
 
 docs/methods.md section 4 (the steps marked *ours* there are this module's documented defaults, `SeroOptions`):
 
-Settings: `SeroOptions` (what a user chooses; nests `envkit.credit.reachability.ReachConfig`) and `SeroConfig`
-(the options plus the run's horizon, gamma_g, terminal reward and oracle arguments: what the functions here read).
+Settings: `SeroOptions` (what a user chooses in every front-end; nests `envkit.credit.reachability.ReachConfig`;
+each front-end extends it with the knobs that act only there) and `SeroConfig` (the options plus the run's horizon,
+gamma_g, terminal reward and oracle arguments: what the functions here read), built once by `SeroOptions.resolve`.
 
 1. `select_roots`: in a group with success rate < 1, the states on failed trajectories that have no known path to
    SUCCESS in the group's GraphGPO graph, distinct states, at most ``roots_per_group``, each with at least
@@ -37,108 +38,117 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from envkit.core import Root, Trajectory
-from envkit.credit.defaults import GAMMA_G
+from envkit.credit.defaults import GAMMA_G, MIN_ROOT_BUDGET, TERMINAL_REWARD
 from envkit.credit.graph import SUCCESS_NODE, TransitionGraph, build_transition_graph
 from envkit.credit.reachability import ReachConfig
 
 __all__ = [
     "DEAD_ROOT_ROUNDS",
-    "MIN_ROOT_BUDGET",
+    "MIN_ROOT_BUDGET",  # re-exported from envkit.credit.defaults
     "RootRounds",
     "SeroConfig",
     "SeroOptions",
     "group_transitions",
     "reaching_success",
     "select_roots",
+    "widen_options",
 ]
-
-
-#: METHODS' minimum budget of a root (section 4): where neither the options nor the env set one.
-MIN_ROOT_BUDGET = 2
 
 
 @dataclass(frozen=True)
 class SeroOptions:
-    """SERO's options, the one set a user chooses (docs/methods.md section 4; defaults are the project's).
+    """SERO's options that act in every front-end (docs/methods.md section 4; defaults are the project's).
 
-    Nested as ``sero`` in ``envkit-oracle rollout`` (`envkit.oracles.pipeline.RunConfig`: ``--sero.roots-per-group``),
-    as ``agent.sero_opts`` in the local trainer (``--agent.sero-opts.*``) and as ``sero_opts`` in the OpenRLHF
-    backend (``--sero-opts.*``). `resolve` adds what the run fixes and gives the `SeroConfig` the maths read.
-
-    Attributes:
-        roots_per_group: At most this many roots (restored states) per task group (0 turns SERO off).
-        min_budget: A root needs at least this many steps of the episode budget left (None: the env's
-            ``EnvEntry.min_root_budget`` in ``envkit-oracle rollout``, see ``envkit-oracle envs``; METHODS'
-            minimum 2 in the trainers, whose turn caps are short).
-        weighting: How l_j of the reachability weight is computed: ``sequence`` (length-normalised log-likelihood
-            of the oracle action) or ``choice`` (its log-probability among the admissible actions; needs an env
-            that lists them: ``envkit-oracle rollout`` only).
-        reach: Reachability-weight settings.
-        max_oracle_share: Trainers: oracle rows are capped at this share of a rollout batch.
-        oracle_max_steps: OpenRLHF: step budget of one oracle continuation where the run sets no turn cap
-            (no ``--max-turns``); elsewhere the run's horizon is the budget.
-        same_state: Which rows form the same-state statistics of a POLICY row's graph advantage
-            (`envkit.credit.sero_advantages`): ``policy`` (default, ours) its same-state policy rows only, so an
-            oracle action changes the policy's own ranking only through the distances it reveals; ``all`` the
-            oracle rows too, unweighted. Oracle rows always normalise over all same-state rows.
+    Nested as ``sero`` in ``envkit-oracle rollout`` (``--sero.*``, extended there by the oracle pipeline's own
+    ``weighting``: `envkit.oracles.run_config.OracleSeroOptions`), as ``agent.sero_opts`` in the local trainer and
+    ``sero_opts`` in the OpenRLHF backend (extended there by the trainers' oracle-row cap,
+    `envkit.trainers.sero_options.TrainerSeroOptions`, and OpenRLHF's continuation budget). `resolve` adds what
+    the run fixes and gives the `SeroConfig` the maths read; it is the one place a ``None`` here becomes the env's
+    value.
     """
 
+    # --- which states are roots ---
     roots_per_group: int = 2
+    """At most this many roots (restored states) per task group (0 turns SERO off)."""
     min_budget: int | None = None
-    weighting: Literal["sequence", "choice"] = "sequence"
+    """A root needs at least this many steps of the episode budget left (None: the env's
+    ``EnvEntry.min_root_budget``, see ``envkit-oracle envs``)."""
+    # --- how oracle steps are credited ---
     reach: ReachConfig = field(default_factory=ReachConfig)
-    max_oracle_share: float = 0.25
-    oracle_max_steps: int = 30
+    """Reachability-weight settings."""
     same_state: Literal["policy", "all"] = "policy"
+    """Which rows form the same-state statistics of a POLICY row's graph advantage
+    (`envkit.credit.sero_advantages`): ``policy`` (default, ours) its same-state policy rows only, so an oracle
+    action changes the policy's own ranking only through the distances it reveals; ``all`` the oracle rows too,
+    unweighted. Oracle rows always normalise over all same-state rows."""
 
     def __post_init__(self) -> None:
         if self.roots_per_group < 0:
             raise ValueError(f"SERO roots_per_group must be >= 0 (0 turns SERO off), got {self.roots_per_group}")
         if self.min_budget is not None and self.min_budget < 1:
             raise ValueError(f"SERO min_budget must be >= 1 (or unset: the env's), got {self.min_budget}")
-        if self.weighting not in ("sequence", "choice"):
-            raise ValueError(f"SERO weighting must be 'sequence' or 'choice', got {self.weighting!r}")
-        if not 0.0 <= self.max_oracle_share <= 1.0:
-            raise ValueError(f"SERO max_oracle_share must be in [0, 1], got {self.max_oracle_share}")
-        if self.oracle_max_steps < 1:
-            raise ValueError(f"SERO oracle_max_steps must be >= 1, got {self.oracle_max_steps}")
         if self.same_state not in ("policy", "all"):
             raise ValueError(f"SERO same_state must be 'policy' or 'all', got {self.same_state!r}")
+
+    def root_budget_for(self, env_id: str | None) -> int:
+        """The minimum budget a root needs in `env_id`: ``min_budget``, else the env's ``EnvEntry.min_root_budget``
+        (`MIN_ROOT_BUDGET` without an env). The one place ``min_budget=None`` is resolved."""
+        if self.min_budget is not None:
+            return self.min_budget
+        if env_id is None:
+            return MIN_ROOT_BUDGET
+        from envkit.registration import env_facts  # the registry imports envkit.credit.defaults
+
+        return env_facts(env_id).min_root_budget
 
     def resolve(
         self,
         *,
         horizon: int,
-        min_budget: int | None = None,
+        env_id: str | None,
         gamma_g: float = GAMMA_G,
-        terminal_reward: float = 10.0,
+        terminal_reward: float = TERMINAL_REWARD,
         oracle_kwargs: Mapping[str, Any] | None = None,
     ) -> SeroConfig:
-        """The `SeroConfig` of a run: these options plus what the run fixes.
+        """The `SeroConfig` of a run: the shared options (`SeroOptions`' own fields; a front-end's extension
+        fields stay with the front-end) plus what the run fixes.
 
         Args:
             horizon: The run's episode step budget.
-            min_budget: The env's minimum root budget, used when ``self.min_budget`` is None (else 2).
+            env_id: The run's env: ``min_budget`` None becomes its ``EnvEntry.min_root_budget`` (`root_budget_for`).
             gamma_g: GraphGPO discount of the run's credit.
             terminal_reward: Episode return of a successful episode.
             oracle_kwargs: Keyword arguments of the domain oracle's constructor.
         """
         own = {f.name: getattr(self, f.name) for f in fields(SeroOptions)}
-        if own["min_budget"] is None:
-            own["min_budget"] = min_budget
+        own["min_budget"] = self.root_budget_for(env_id)
         return SeroConfig(
             **own, horizon=horizon, gamma_g=gamma_g, terminal_reward=terminal_reward,
             oracle_kwargs=dict(oracle_kwargs or {}),
         )  # fmt: skip
 
-    def max_oracle_rows(self, n_policy_rows: int) -> int:
-        """Most oracle rows a batch of `n_policy_rows` policy rows may add so they stay <= max_oracle_share of it."""
-        if self.max_oracle_share >= 1.0:
-            return n_policy_rows * self.roots_per_group
-        return int(self.max_oracle_share * n_policy_rows / (1.0 - self.max_oracle_share) + 1e-9)
+
+O = TypeVar("O", bound=SeroOptions)
+
+
+def widen_options(opts: SeroOptions, cls: type[O], where: str) -> O:
+    """`opts` as the front-end's own options class `cls` (a subclass of `SeroOptions`): options of a base class
+    (e.g. a plain `SeroOptions`) keep their values and get `cls`' defaults for the knobs they lack.
+
+    Raises:
+        TypeError: `opts` belongs to another front-end (its class is not a base of `cls`).
+    """
+    if isinstance(opts, cls):
+        return opts
+    if not isinstance(opts, SeroOptions) or not issubclass(cls, type(opts)):
+        raise TypeError(
+            f"{where}: got {type(opts).__name__}, the SERO options of another front-end; pass {cls.__module__}."
+            f"{cls.__name__} (or a plain envkit.credit.sero.SeroOptions)"
+        )
+    return cls(**{f.name: getattr(opts, f.name) for f in fields(opts)})
 
 
 @dataclass(frozen=True)
@@ -146,18 +156,16 @@ class SeroConfig(SeroOptions):
     """SERO settings of one run as the maths read them: `SeroOptions` plus what the run fixes.
 
     Built by `SeroOptions.resolve` (or directly in tests). ``min_budget`` None becomes `MIN_ROOT_BUDGET`.
-
-    Attributes:
-        horizon: Episode step budget: policy rollouts stop there, a continuation from root t gets horizon - t.
-        gamma_g: GraphGPO distance discount (0.10 ALFWorld, 0.20 WebShop: ``EnvEntry.gamma_g``).
-        terminal_reward: Episode return of a successful episode (GiGPO's 10 * success) for the advantages.
-        oracle_kwargs: Keyword arguments of the domain oracle's constructor.
     """
 
     horizon: int = 15
+    """Episode step budget: policy rollouts stop there, a continuation from root t gets horizon - t."""
     gamma_g: float = GAMMA_G
-    terminal_reward: float = 10.0
+    """GraphGPO distance discount (0.10 ALFWorld, 0.20 WebShop: ``EnvEntry.gamma_g``)."""
+    terminal_reward: float = TERMINAL_REWARD
+    """Episode return of a successful episode (GiGPO's 10 * success) for the advantages."""
     oracle_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    """Keyword arguments of the domain oracle's constructor."""
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -36,28 +36,28 @@ def _outcome(root_obs, states, actions, *, n_admissible=4, t=2, trajectory=1):
 
 def test_uniform_weights_equal_hand_values():
     o = _outcome("r", ["r", "x", "y", "z", "q"], ["a0", "a1", "a2", "a3"])
-    w = reach_weights(UniformScorer(), (), o, SeroConfig())
+    w = reach_weights(UniformScorer(), (), o, SeroConfig(), weighting="sequence")
     # l_j = log(1/4) for every step: w = [1/4 (the first action's own likelihood), 1/4, 1/16, 1/64 -> w_min 0.05].
     assert w.loglik == pytest.approx((math.log(0.25),) * 4)
     assert w.weights == pytest.approx((0.25, 0.25, 0.0625, 0.05))
-    one = reach_weights(UniformScorer(), (), o, SeroConfig(reach=ReachConfig(first="one")))
+    one = reach_weights(UniformScorer(), (), o, SeroConfig(reach=ReachConfig(first="one")), weighting="sequence")
     assert one.weights == pytest.approx((1.0, 0.25, 0.0625, 0.05))  # the paper's w_t = 1
-    w2 = reach_weights(UniformScorer(), (), o, SeroConfig(reach=ReachConfig(tau_w=2.0, w_min=0.0)))
+    w2 = reach_weights(UniformScorer(), (), o, SeroConfig(reach=ReachConfig(tau_w=2.0, w_min=0.0)), weighting="sequence")
     assert w2.weights == pytest.approx((0.5, 0.5, 0.25, 0.125))
 
 
 def test_floor_applies_per_step():
     # 100 admissible actions: l = log(0.01) < log(p_floor = 0.05): each step contributes log(0.05).
     o = _outcome("r", ["r", "x", "y"], ["a0", "a1"], n_admissible=100)
-    w = reach_weights(UniformScorer(), (), o, SeroConfig(reach=ReachConfig(w_min=0.0)))
+    w = reach_weights(UniformScorer(), (), o, SeroConfig(reach=ReachConfig(w_min=0.0)), weighting="sequence")
     assert w.weights == pytest.approx((0.05, 0.05))
-    w = reach_weights(UniformScorer(), (), o, SeroConfig(reach=ReachConfig(w_min=0.0, p_floor=0.001)))
+    w = reach_weights(UniformScorer(), (), o, SeroConfig(reach=ReachConfig(w_min=0.0, p_floor=0.001)), weighting="sequence")
     assert w.weights == pytest.approx((0.01, 0.01))
 
 
 def test_choice_variant_and_fallback():
     o = _outcome("r", ["r", "x", "y"], ["a1", "not-listed"], n_admissible=5)
-    w = reach_weights(UniformScorer(), (), o, SeroConfig(weighting="choice", reach=ReachConfig(w_min=0.0)))
+    w = reach_weights(UniformScorer(), (), o, SeroConfig(reach=ReachConfig(w_min=0.0)), weighting="choice")
     # choice prob among 5 equal candidates = 1/5; the unlisted action falls back to the sequence value.
     assert w.loglik == pytest.approx((math.log(0.2), math.log(0.2)))
     assert w.choice_fallbacks == 1
@@ -76,7 +76,7 @@ def test_oracle_turns_carry_prefix_history_and_info_before_each_action():
 
 def _credit(g, outs, cfg=None):
     cfg = cfg or SeroConfig()
-    ws = [reach_weights(UniformScorer(), g[o.root.trajectory].steps[: o.root.t], o, cfg) for o in outs]
+    ws = [reach_weights(UniformScorer(), g[o.root.trajectory].steps[: o.root.t], o, cfg, weighting="sequence") for o in outs]
     return credit_task(g, outs, ws, cfg)
 
 

@@ -9,6 +9,7 @@ import envkit  # noqa: F401  (registers the ids)
 from envkit.core import Step, Trajectory
 from envkit.credit.reachability import ReachConfig
 from envkit.credit.sero import SeroConfig, select_roots
+from envkit.oracles.run_config import OracleSeroOptions
 from envkit.oracles.continuation import replay_state_at
 from envkit.snapshot import replay
 
@@ -102,7 +103,7 @@ def test_config_validation_names_the_setting():
     with pytest.raises(ValueError, match="p_floor"):
         SeroConfig(reach=ReachConfig(p_floor=0.0))
     with pytest.raises(ValueError, match="weighting"):
-        SeroConfig(weighting="bogus")  # type: ignore[arg-type]
+        OracleSeroOptions(weighting="bogus")  # type: ignore[arg-type]
 
 
 def test_replay_recipe_from_a_recorded_trajectory_reaches_the_state():

@@ -8,7 +8,7 @@ pytest.importorskip(
     "envkit.envs.webshop.env", reason="envkit/WebShop-v0 is not installed (pip install -e '.[webshop]')"
 )
 
-from envkit.credit.sero import SeroOptions
+from envkit.oracles.run_config import OracleSeroOptions
 from envkit.io import read_records
 from envkit.oracles.pipeline import DEFAULT_ENV, RunConfig, run
 
@@ -45,7 +45,7 @@ def test_webshop_subprocess_workers_choice_weights(tmp_path):
         backend="subprocess",
         out=str(out),
         progress=False,
-        sero=SeroOptions(weighting="choice"),
+        sero=OracleSeroOptions(weighting="choice"),
     )
     tot = _check(run(cfg), out)
     assert tot["restored_native"] + tot["restored_replay"] == tot["roots_tried"]

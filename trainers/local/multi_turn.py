@@ -20,9 +20,11 @@ from typing import Any, Literal
 
 from envkit.core import Step, Trajectory, env_success, jsonable
 from envkit.credit.advantage_options import AdvantageOptions
-from envkit.credit.sero import SeroOptions
+from envkit.credit.defaults import TERMINAL_REWARD
+from envkit.credit.sero import widen_options
 from envkit.lifetime import taken_snapshots
 from envkit.registration import env_facts, make
+from envkit.trainers.sero_options import TrainerSeroOptions
 from envkit.trainers.local.generation import sample
 from envkit.trainers.local.prompt_encoding import decode, encode_prompt, encode_text
 from envkit.trainers.local.turn_cache import TurnCache
@@ -46,8 +48,8 @@ class AgentConfig:
         system: Optional system message.
         sero: SERO oracle continuations (`envkit.trainers.local.sero`; needs ``estimator="graphgpo"`` and an oracle
             for the env: ``EnvEntry.oracle``).
-        sero_opts: SERO settings (roots per group, reachability-weight floor / temperature / minimum, oracle
-            share cap).
+        sero_opts: SERO settings (`envkit.trainers.sero_options.TrainerSeroOptions`: roots per group, a root's
+            minimum budget, reachability weight, oracle share cap; a plain `SeroOptions` gets the trainer defaults).
         reuse_kv_cache: Keep each live episode's KV cache between turns (`envkit.trainers.local.turn_cache`), so a turn
             feeds only the new observation instead of prefilling the whole context again.
     """
@@ -55,10 +57,10 @@ class AgentConfig:
     estimator: Literal["gigpo", "graphgpo", "grpo", "grpo_mean", "rloo", "dr_grpo"] = "gigpo"
     max_turns: int | None = None
     max_context_tokens: int = 1024
-    adv: AdvantageOptions = field(default_factory=lambda: AdvantageOptions(terminal_reward=10.0))
+    adv: AdvantageOptions = field(default_factory=lambda: AdvantageOptions(terminal_reward=TERMINAL_REWARD))
     system: str | None = None
     sero: bool = False
-    sero_opts: SeroOptions = field(default_factory=SeroOptions)
+    sero_opts: TrainerSeroOptions = field(default_factory=TrainerSeroOptions)
     reuse_kv_cache: bool = True
 
     def __post_init__(self) -> None:
@@ -74,16 +76,12 @@ class AgentConfig:
                 "AgentConfig: the local trainer rewards success only (terminal_reward * success on the last step); "
                 "set agent.adv.terminal_reward (default 10)"
             )
-        if self.sero_opts.weighting != "sequence":
-            raise ValueError(
-                "AgentConfig: agent.sero_opts.weighting='choice' needs the admissible actions of every oracle step, "
-                "which only `envkit-oracle rollout` scores; set agent.sero_opts.weighting='sequence'"
-            )
+        object.__setattr__(self, "sero_opts", widen_options(self.sero_opts, TrainerSeroOptions, "agent.sero_opts"))
 
     def for_env(self, env_id: str) -> AgentConfig:
         """These settings with the env's registered facts filled in (`envkit.registration.EnvEntry`): ``max_turns``
         (None: the env's horizon with SERO on, else 8), ``adv.gamma_g`` (None: the env's) and SERO's root
-        budget (``sero_opts.min_budget`` None: the env's ``min_root_budget``).
+        budget (``sero_opts.min_budget`` None: the env's, `SeroOptions.root_budget_for`).
 
         Raises:
             ValueError: SERO is on and ``max_turns`` leaves no state with the root budget.
@@ -91,17 +89,16 @@ class AgentConfig:
         facts = env_facts(env_id)
         turns = self.max_turns if self.max_turns is not None else (facts.horizon if self.sero else 8)
         adv = self.adv if self.adv.gamma_g is not None else dataclasses.replace(self.adv, gamma_g=facts.gamma_g)
-        opts = self.sero_opts
-        if opts.min_budget is None:
-            opts = dataclasses.replace(opts, min_budget=facts.min_root_budget)
-        if self.sero and turns < int(opts.min_budget or 0):
+        need = self.sero_opts.root_budget_for(env_id)
+        if self.sero and turns < need:
             raise ValueError(
-                f"AgentConfig: SERO roots need {opts.min_budget} steps of budget left (the root budget of {env_id}"
+                f"AgentConfig: SERO roots need {need} steps of budget left (the root budget of {env_id}"
                 f"{'' if self.sero_opts.min_budget is not None else ': EnvEntry.min_root_budget'}), but "
                 f"agent.max_turns={turns} leaves none: no state could be rescued. Set agent.max_turns to at least "
-                f"{opts.min_budget} (the env's horizon is {facts.horizon}: leave agent.max_turns unset to use it) or "
+                f"{need} (the env's horizon is {facts.horizon}: leave agent.max_turns unset to use it) or "
                 f"lower agent.sero_opts.min_budget"
             )
+        opts = dataclasses.replace(self.sero_opts, min_budget=need)
         return dataclasses.replace(self, max_turns=turns, adv=adv, sero_opts=opts)
 
 

@@ -37,7 +37,6 @@ from envkit.credit.sero_advantages import Rescue, SeroAdvantages, sero_advantage
 from envkit.credit.state_keys import resolve_state_key
 from envkit.lifetime import discard_many
 from envkit.oracles.continuation import ContinuationOutcome, continue_from_root, job_for
-from envkit.registration import env_facts
 from envkit.trainers.local.agent_batch import step_table
 from envkit.trainers.local.multi_turn import AgentConfig, Episode, continuation_ids
 from envkit.trainers.local.prompt_encoding import encode_text
@@ -79,7 +78,7 @@ def sero_credit(model: Any, tokenizer: Any, env_id: str, episodes: list[Episode]
         raise ValueError("sero_credit: agent.max_turns is None; resolve the settings with cfg.for_env(env_id) first")
     opts = cfg.sero_opts
     scfg = opts.resolve(
-        horizon=cfg.max_turns, min_budget=env_facts(env_id).min_root_budget,
+        horizon=cfg.max_turns, env_id=env_id,
         gamma_g=cfg.adv.graphgpo_kwargs()["gamma_g"], terminal_reward=float(cfg.adv.terminal_reward or 0.0),
     )  # fmt: skip
     budget = opts.max_oracle_rows(len(episodes))

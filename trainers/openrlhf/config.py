@@ -25,10 +25,11 @@ import tyro
 
 from envkit.config_io import from_data
 from envkit.credit.advantage_options import AdvantageOptions
-from envkit.credit.sero import SeroOptions
+from envkit.credit.sero import widen_options
 from envkit.runtime.command_line import id_list, json_object
 from envkit.trainers.explorers.eden import EdenConfig
 from envkit.trainers.explorers.xrpo import XrpoConfig
+from envkit.trainers.sero_options import TrainerSeroOptions
 
 #: Environment variable holding the JSON of the `BackendConfig` in every Ray worker.
 CONFIG_ENV = "ENVKIT_OPENRLHF_CONFIG"
@@ -37,6 +38,21 @@ EXPLORERS = ("none", "eden", "xrpo")
 ADVANTAGES = ("grpo", "gigpo", "graphgpo")
 Explorer = Literal["none", "eden", "xrpo"]
 Advantage = Literal["grpo", "gigpo", "graphgpo"]
+
+
+@dataclass(frozen=True)
+class OpenRLHFSeroOptions(TrainerSeroOptions):
+    """The trainers' SERO options plus what only the OpenRLHF backend reads (``--sero-opts.*``)."""
+
+    # --- how far a continuation may run ---
+    oracle_max_steps: int = 30
+    """Step budget of one oracle continuation where the run sets no turn cap (no ``--max-turns``); with one,
+    the run's turn cap is the budget."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.oracle_max_steps < 1:
+            raise ValueError(f"--sero-opts.oracle-max-steps must be >= 1, got {self.oracle_max_steps}")
 
 
 @dataclass(frozen=True)
@@ -58,7 +74,8 @@ class BackendConfig:
         rollout_batch_size: OpenRLHF's ``--rollout.batch_size`` (prompts per step; read from OpenRLHF's flags).
         seed: Seed of the planners (EDEN anchors and noise, XRPO tie-breaks).
         adv: Advantage options.
-        sero_opts: SERO options (``sero_opts.oracle_max_steps`` is the continuation budget without --max-turns).
+        sero_opts: SERO options (`OpenRLHFSeroOptions`; ``sero_opts.oracle_max_steps`` is the continuation
+            budget without --max-turns; a plain `SeroOptions` gets this backend's defaults).
         eden: EDEN settings (None: `EdenConfig`'s defaults sized to the run: group_size = n_samples_per_prompt,
             n_noisy = a quarter of it, n_anchors = the bank's size). A given config's group_size must be
             n_samples_per_prompt; n_anchors is unused here (the bank is given).
@@ -81,7 +98,7 @@ class BackendConfig:
     rollout_batch_size: tyro.conf.Suppress[int] = 1024
     seed: int = 0
     adv: AdvantageOptions = field(default_factory=AdvantageOptions)
-    sero_opts: SeroOptions = field(default_factory=SeroOptions)
+    sero_opts: OpenRLHFSeroOptions = field(default_factory=OpenRLHFSeroOptions)
     eden: EdenConfig | None = None
     xrpo: XrpoConfig | None = None
     eden_bank: str | None = None
@@ -108,21 +125,17 @@ class BackendConfig:
                 f"--sero credits oracle continuations through the GraphGPO graph (docs/methods.md, SERO): pass "
                 f"--advantage graphgpo (got {self.advantage!r}) or drop --sero"
             )
+        object.__setattr__(self, "sero_opts", widen_options(self.sero_opts, OpenRLHFSeroOptions, "--sero-opts"))
         if self.sero and self.max_turns and self.env_id:
             from envkit.registration import env_facts
 
-            need = self.sero_opts.min_budget or env_facts(self.env_id).min_root_budget
+            need = self.sero_opts.root_budget_for(self.env_id)
             if self.max_turns < need:
                 raise ValueError(
                     f"--max-turns {self.max_turns} leaves no SERO root: a root needs {need} steps of budget left "
                     f"({self.env_id}'s min_root_budget unless --sero-opts.min-budget is set); set --max-turns to at "
                     f"least {need} (the env's horizon is {env_facts(self.env_id).horizon}) or 0 (the env's own limit)"
                 )
-        if self.sero_opts.weighting != "sequence":
-            raise ValueError(
-                "--sero-opts.weighting choice needs the admissible actions of every oracle step, which only "
-                "`envkit-oracle rollout` scores; drop the option (sequence)"
-            )
         anchors = tuple(int(t) for t in self.eden_anchors)
         if self.eden_bank and not anchors:
             from envkit.trainers.explorers.anchors import AnchorBank

@@ -35,7 +35,6 @@ import numpy as np
 from envkit.core import Step, Trajectory
 from envkit.credit.step_table import steps_anchor_dicts
 from envkit.lifetime import taken_snapshots
-from envkit.registration import env_facts
 from envkit.trainers.openrlhf.config import BackendConfig
 from envkit.trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord, Turn
 
@@ -93,7 +92,7 @@ async def sero_group(
         return responses
     horizon = cfg.max_turns or opts.oracle_max_steps
     trajs = [e.trajectory(rec.success) for e, rec in zip(episodes, records)]  # type: ignore[union-attr]
-    scfg = opts.resolve(horizon=horizon, min_budget=env_facts(trajs[0].env_id).min_root_budget)
+    scfg = opts.resolve(horizon=horizon, env_id=trajs[0].env_id)
     cap = min(opts.roots_per_group, int(np.floor(opts.max_oracle_share * len(responses))))
     out = list(responses)
     used: set[int] = set()

@@ -18,6 +18,7 @@ from envkit.credit.advantage_options import AdvantageOptions  # noqa: E402
 from envkit.credit.reachability import ReachConfig, reachability_weights  # noqa: E402
 from envkit.credit.sero import SeroOptions  # noqa: E402
 from envkit.runtime.models import ModelConfig  # noqa: E402
+from envkit.trainers.sero_options import TrainerSeroOptions  # noqa: E402
 from envkit.trainers.local.agent_batch import collect_agent_batch  # noqa: E402
 from envkit.trainers.local.generation import batch_sequences, score  # noqa: E402
 from envkit.trainers.local.multi_turn import AgentConfig  # noqa: E402
@@ -120,12 +121,12 @@ def test_sero_turns_all_fail_groups_into_signal(trainer):
 
 
 def test_oracle_share_cap_and_exact_row_budget(trainer):
-    _, m = _batch(trainer, sero_opts=SeroOptions(max_oracle_share=0.0))
+    _, m = _batch(trainer, sero_opts=TrainerSeroOptions(max_oracle_share=0.0))
     assert m["sero_rows"] == 0 and m["sero_tried"] == 0 and m["sero_capped"] >= 1
-    assert SeroOptions(max_oracle_share=0.25).max_oracle_rows(12) == 4  # 4 of 16 rows = 25%
-    assert SeroOptions(max_oracle_share=0.5).max_oracle_rows(3) == 3
-    assert SeroOptions(max_oracle_share=0.2).max_oracle_rows(8) == 2
-    assert SeroOptions(max_oracle_share=0.0).max_oracle_rows(8) == 0
+    assert TrainerSeroOptions(max_oracle_share=0.25).max_oracle_rows(12) == 4  # 4 of 16 rows = 25%
+    assert TrainerSeroOptions(max_oracle_share=0.5).max_oracle_rows(3) == 3
+    assert TrainerSeroOptions(max_oracle_share=0.2).max_oracle_rows(8) == 2
+    assert TrainerSeroOptions(max_oracle_share=0.0).max_oracle_rows(8) == 0
 
 
 def test_bad_sero_settings_are_refused_with_the_fix(tmp_path):
@@ -134,7 +135,7 @@ def test_bad_sero_settings_are_refused_with_the_fix(tmp_path):
     with pytest.raises(ValueError, match="multi-turn envkit task with an oracle"):
         TrainConfig(task="arith", agent=AgentConfig(sero=True, estimator="graphgpo"))
     with pytest.raises(ValueError, match="max_oracle_share"):
-        SeroOptions(max_oracle_share=1.5)
+        TrainerSeroOptions(max_oracle_share=1.5)
     with pytest.raises(ValueError, match="p_floor"):
         SeroOptions(reach=ReachConfig(p_floor=0.0))
 

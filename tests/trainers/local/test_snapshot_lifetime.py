@@ -19,7 +19,7 @@ TASKS, GROUP = 2, 4  # 8 episodes per step: 25 steps
 def test_swe_layer_store_stays_bounded_over_200_episodes(swe_sandbox, file_writing_policy):
     torch = pytest.importorskip("torch")
     torch.set_num_threads(1)
-    from envkit.credit.sero import SeroOptions
+    from envkit.trainers.sero_options import TrainerSeroOptions
     from envkit.envs.swe.layers import LayerStore
     from envkit.trainers.local.agent_batch import collect_agent_batch
     from envkit.trainers.local.multi_turn import AgentConfig, _envs
@@ -30,7 +30,7 @@ def test_swe_layer_store_stays_bounded_over_200_episodes(swe_sandbox, file_writi
     # test runs would take seconds per root; this test is about the snapshots.
     agent = AgentConfig(
         estimator="graphgpo", sero=True, max_turns=1, max_context_tokens=4096,
-        sero_opts=SeroOptions(max_oracle_share=0.0, min_budget=1),  # one turn: what is measured is the store
+        sero_opts=TrainerSeroOptions(max_oracle_share=0.0, min_budget=1),  # one turn: what is measured is the store
     )  # fmt: skip
     cfg = TrainConfig(
         task="envkit/SWE-v0", prompts_per_step=TASKS, group_size=GROUP, max_new_tokens=4, agent=agent,
