@@ -9,7 +9,9 @@ dataclasses, tuples, lists, dicts, ``Optional`` and ``Literal`` fields, so no co
     >>> from_data(SeroOptions, json.loads(json.dumps(dataclasses.asdict(opts)))) == opts
     True
 
-Unknown keys are refused with their names (a config written by a newer version, or a typo), never dropped.
+Unknown keys are refused with their names (a config written by a newer version, or a typo), never dropped; a
+value of the wrong type (a string for an int, a bool for a float, a choice outside a ``Literal``) is refused
+with the field's dotted path and the type it needs, before the dataclass' own ``__post_init__`` checks run.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ def from_data(cls: type[T], data: Any) -> T:
     """Build the dataclass `cls` from `data` (a mapping, as ``dataclasses.asdict`` makes), nested fields included.
 
     Raises:
-        TypeError: `data` is not a mapping, or names fields `cls` does not have.
+        TypeError: `data` is not a mapping, names fields `cls` does not have, or holds a value of the wrong type
+            (the message names the field, e.g. ``BackendConfig.sero_opts.roots_per_group``, and what to write).
     """
     return typing.cast(T, _convert(cls, data, cls.__name__))
 
@@ -50,10 +53,45 @@ def _hints(tp: type) -> dict[str, Any]:
         return out
 
 
+def _refuse(where: str, want: str, value: Any) -> TypeError:
+    return TypeError(f"{where}: expected {want}, got {type(value).__name__} {value!r}; write {want} there")
+
+
+def _scalar(tp: Any, value: Any, where: str) -> Any:
+    """`value` checked against a scalar type (int, float, str, bool, Literal); other types pass as they come."""
+    if typing.get_origin(tp) is typing.Literal:
+        choices = typing.get_args(tp)
+        if value not in choices or type(value) not in {type(c) for c in choices}:
+            raise _refuse(where, "one of " + ", ".join(repr(c) for c in choices), value)
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise _refuse(where, "true or false", value)
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _refuse(where, "an integer", value)
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise _refuse(where, "a number", value)
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise _refuse(where, "a string", value)
+        return value
+    return value
+
+
 def _convert(tp: Any, value: Any, where: str) -> Any:
-    if value is None:
-        return None
     origin = typing.get_origin(tp)
+    if typing.get_origin(tp) is typing.Annotated:
+        return _convert(typing.get_args(tp)[0], value, where)
+    if value is None:
+        optional = origin in (typing.Union, types.UnionType) and type(None) in typing.get_args(tp)
+        if optional or tp is Any or tp is type(None):
+            return None
+        raise _refuse(where, _name(tp), value)
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         if not isinstance(value, dict):
             raise TypeError(f"{where}: expected an object for {tp.__name__}, got {type(value).__name__}")
@@ -65,8 +103,16 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
         return tp(**{k: _convert(hints[k], v, f"{where}.{k}") for k, v in value.items()})
     if origin in (typing.Union, types.UnionType):
         options = [a for a in typing.get_args(tp) if a is not type(None)]
-        nested = [a for a in options if dataclasses.is_dataclass(a) or typing.get_origin(a) in (tuple, list, dict)]
-        return _convert(nested[0], value, where) if len(nested) == 1 else value
+        if len(options) == 1:
+            return _convert(options[0], value, where)
+        for option in options:  # the first that takes the value (int before float keeps an int an int)
+            try:
+                return _convert(option, value, where)
+            except TypeError:
+                continue
+        raise _refuse(where, " or ".join(_name(a) for a in options), value)
+    if origin in (tuple, list, dict) and not isinstance(value, dict if origin is dict else (list, tuple)):
+        raise _refuse(where, "an object" if origin is dict else "a list", value)
     if origin is tuple:
         args = typing.get_args(tp)
         if len(args) == 2 and args[1] is Ellipsis:
@@ -80,4 +126,13 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
     if origin is dict:
         _, arg = typing.get_args(tp) or (Any, Any)
         return {k: _convert(arg, v, f"{where}[{k!r}]") for k, v in value.items()}
-    return value
+    return _scalar(tp, value, where)
+
+
+def _name(tp: Any) -> str:
+    """How a type reads in an error (``an integer``, ``one of 'a', 'b'``, ``an object for ReachConfig``)."""
+    if dataclasses.is_dataclass(tp):
+        return f"an object for {tp.__name__}"
+    if typing.get_origin(tp) is typing.Literal:
+        return "one of " + ", ".join(repr(c) for c in typing.get_args(tp))
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string"}.get(tp, str(tp))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -76,6 +77,29 @@ def _plain(text: str) -> str:
     return re.sub(r"\s+", " ", re.sub(r"\x1b\[[0-9;]*m", "", text))
 
 
+def test_help_shows_only_the_sero_knobs_that_act_in_the_oracle_pipeline():
+    # Trainer-only (the oracle-row cap) and OpenRLHF-only (the continuation budget without a turn cap) knobs live in
+    # the trainers' options (issue 25): they would do nothing here, so the command neither shows nor accepts them.
+    from envkit.credit.sero import SeroOptions
+    from envkit.oracles.run_config import OracleSeroOptions
+    from envkit.trainers.openrlhf.config import OpenRLHFSeroOptions
+    from envkit.trainers.sero_options import TrainerSeroOptions
+
+    text = _plain(runner.invoke(app, ["rollout", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"}).output)
+    trainer_only = {f.name for f in dataclasses.fields(OpenRLHFSeroOptions)} - {
+        f.name for f in dataclasses.fields(SeroOptions)
+    }
+    assert trainer_only == {"max_oracle_share", "oracle_max_steps"}
+    assert not {f.name for f in dataclasses.fields(TrainerSeroOptions)} & {"weighting"}  # oracle-only stays here
+    for name in trainer_only:
+        flag = f"--sero.{name.replace('_', '-')}"
+        assert flag not in text, flag
+        res = runner.invoke(app, ["rollout", flag, "1"], env={"COLUMNS": "200", "NO_COLOR": "1"})
+        assert res.exit_code != 0, flag
+    oracle_fields = {f.name for f in dataclasses.fields(OracleSeroOptions)}
+    assert {f"--sero.{n.replace('_', '-')}" for n in oracle_fields if n != "reach"} <= set(text.split())
+
+
 def test_help_documents_every_option_with_its_default():
     res = runner.invoke(app, ["rollout", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
     assert res.exit_code == 0
@@ -83,7 +107,7 @@ def test_help_documents_every_option_with_its_default():
     from envkit.oracles.pipeline import RunConfig
 
     params = list(_options(RunConfig))
-    assert len(params) == 27  # + --sero.same-state and --sero.reach.first (issue 22), --state-key (issue 26)
+    assert len(params) == 25  # + --sero.same-state, --sero.reach.first (22), --state-key (26); - the trainers' 2 (25)
     for flag, default in params:
         assert flag in text, flag
         if isinstance(default, bool):  # a --x/--no-x flag shows its default
