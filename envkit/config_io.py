@@ -131,7 +131,7 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
 
 def _name(tp: Any) -> str:
     """How a type reads in an error (``an integer``, ``one of 'a', 'b'``, ``an object for ReachConfig``)."""
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return f"an object for {tp.__name__}"
     if typing.get_origin(tp) is typing.Literal:
         return "one of " + ", ".join(repr(c) for c in typing.get_args(tp))

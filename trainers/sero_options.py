@@ -35,4 +35,3 @@ class TrainerSeroOptions(SeroOptions):
         if self.max_oracle_share >= 1.0:
             return n_policy_rows * self.roots_per_group
         return int(self.max_oracle_share * n_policy_rows / (1.0 - self.max_oracle_share) + 1e-9)
-

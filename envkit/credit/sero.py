@@ -131,10 +131,10 @@ class SeroOptions:
         )  # fmt: skip
 
 
-O = TypeVar("O", bound=SeroOptions)
+OptionsT = TypeVar("OptionsT", bound=SeroOptions)
 
 
-def widen_options(opts: SeroOptions, cls: type[O], where: str) -> O:
+def widen_options(opts: SeroOptions, cls: type[OptionsT], where: str) -> OptionsT:
     """`opts` as the front-end's own options class `cls` (a subclass of `SeroOptions`): options of a base class
     (e.g. a plain `SeroOptions`) keep their values and get `cls`' defaults for the knobs they lack.
 

@@ -42,7 +42,9 @@ def test_uniform_weights_equal_hand_values():
     assert w.weights == pytest.approx((0.25, 0.25, 0.0625, 0.05))
     one = reach_weights(UniformScorer(), (), o, SeroConfig(reach=ReachConfig(first="one")), weighting="sequence")
     assert one.weights == pytest.approx((1.0, 0.25, 0.0625, 0.05))  # the paper's w_t = 1
-    w2 = reach_weights(UniformScorer(), (), o, SeroConfig(reach=ReachConfig(tau_w=2.0, w_min=0.0)), weighting="sequence")
+    w2 = reach_weights(
+        UniformScorer(), (), o, SeroConfig(reach=ReachConfig(tau_w=2.0, w_min=0.0)), weighting="sequence"
+    )
     assert w2.weights == pytest.approx((0.5, 0.5, 0.25, 0.125))
 
 
@@ -51,7 +53,9 @@ def test_floor_applies_per_step():
     o = _outcome("r", ["r", "x", "y"], ["a0", "a1"], n_admissible=100)
     w = reach_weights(UniformScorer(), (), o, SeroConfig(reach=ReachConfig(w_min=0.0)), weighting="sequence")
     assert w.weights == pytest.approx((0.05, 0.05))
-    w = reach_weights(UniformScorer(), (), o, SeroConfig(reach=ReachConfig(w_min=0.0, p_floor=0.001)), weighting="sequence")
+    w = reach_weights(
+        UniformScorer(), (), o, SeroConfig(reach=ReachConfig(w_min=0.0, p_floor=0.001)), weighting="sequence"
+    )
     assert w.weights == pytest.approx((0.01, 0.01))
 
 
@@ -76,7 +80,10 @@ def test_oracle_turns_carry_prefix_history_and_info_before_each_action():
 
 def _credit(g, outs, cfg=None):
     cfg = cfg or SeroConfig()
-    ws = [reach_weights(UniformScorer(), g[o.root.trajectory].steps[: o.root.t], o, cfg, weighting="sequence") for o in outs]
+    ws = [
+        reach_weights(UniformScorer(), g[o.root.trajectory].steps[: o.root.t], o, cfg, weighting="sequence")
+        for o in outs
+    ]
     return credit_task(g, outs, ws, cfg)
 
 

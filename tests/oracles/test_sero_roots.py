@@ -9,8 +9,8 @@ import envkit  # noqa: F401  (registers the ids)
 from envkit.core import Step, Trajectory
 from envkit.credit.reachability import ReachConfig
 from envkit.credit.sero import SeroConfig, select_roots
-from envkit.oracles.run_config import OracleSeroOptions
 from envkit.oracles.continuation import replay_state_at
+from envkit.oracles.run_config import OracleSeroOptions
 from envkit.snapshot import replay
 
 

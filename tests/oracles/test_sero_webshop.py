@@ -8,9 +8,9 @@ pytest.importorskip(
     "envkit.envs.webshop.env", reason="envkit/WebShop-v0 is not installed (pip install -e '.[webshop]')"
 )
 
-from envkit.oracles.run_config import OracleSeroOptions
 from envkit.io import read_records
 from envkit.oracles.pipeline import DEFAULT_ENV, RunConfig, run
+from envkit.oracles.run_config import OracleSeroOptions
 
 
 def _check(summary, out):

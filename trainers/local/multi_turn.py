@@ -24,10 +24,10 @@ from envkit.credit.defaults import TERMINAL_REWARD
 from envkit.credit.sero import widen_options
 from envkit.lifetime import taken_snapshots
 from envkit.registration import env_facts, make
-from envkit.trainers.sero_options import TrainerSeroOptions
 from envkit.trainers.local.generation import sample
 from envkit.trainers.local.prompt_encoding import decode, encode_prompt, encode_text
 from envkit.trainers.local.turn_cache import TurnCache
+from envkit.trainers.sero_options import TrainerSeroOptions
 
 
 @dataclass(frozen=True)

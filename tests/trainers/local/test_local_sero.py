@@ -18,12 +18,12 @@ from envkit.credit.advantage_options import AdvantageOptions  # noqa: E402
 from envkit.credit.reachability import ReachConfig, reachability_weights  # noqa: E402
 from envkit.credit.sero import SeroOptions  # noqa: E402
 from envkit.runtime.models import ModelConfig  # noqa: E402
-from envkit.trainers.sero_options import TrainerSeroOptions  # noqa: E402
 from envkit.trainers.local.agent_batch import collect_agent_batch  # noqa: E402
 from envkit.trainers.local.generation import batch_sequences, score  # noqa: E402
 from envkit.trainers.local.multi_turn import AgentConfig  # noqa: E402
 from envkit.trainers.local.prompt_encoding import encode_text  # noqa: E402
 from envkit.trainers.local.trainer import LocalTrainer, TrainConfig  # noqa: E402
+from envkit.trainers.sero_options import TrainerSeroOptions  # noqa: E402
 
 torch.set_num_threads(1)
 TINY = ModelConfig(path="tiny:bytes", device="cpu", hidden_size=32, layers=1)

@@ -19,11 +19,11 @@ TASKS, GROUP = 2, 4  # 8 episodes per step: 25 steps
 def test_swe_layer_store_stays_bounded_over_200_episodes(swe_sandbox, file_writing_policy):
     torch = pytest.importorskip("torch")
     torch.set_num_threads(1)
-    from envkit.trainers.sero_options import TrainerSeroOptions
     from envkit.envs.swe.layers import LayerStore
     from envkit.trainers.local.agent_batch import collect_agent_batch
     from envkit.trainers.local.multi_turn import AgentConfig, _envs
     from envkit.trainers.local.trainer import TrainConfig
+    from envkit.trainers.sero_options import TrainerSeroOptions
 
     model, tok, action = file_writing_policy
     # SERO on (so the loop snapshots before every step and at the end) with no oracle rows: the SWE oracle's

@@ -120,5 +120,9 @@ def test_sero_settings_that_cannot_work_are_refused_with_the_fix():
         BackendConfig(env_id="envkit/WebShop-v0", sero=True, advantage="graphgpo", max_turns=4)
     BackendConfig(env_id="envkit/WebShop-v0", sero=True, advantage="graphgpo", max_turns=8)
     BackendConfig(
-        env_id="envkit/WebShop-v0", sero=True, advantage="graphgpo", max_turns=4, sero_opts=OpenRLHFSeroOptions(min_budget=2)
+        env_id="envkit/WebShop-v0",
+        sero=True,
+        advantage="graphgpo",
+        max_turns=4,
+        sero_opts=OpenRLHFSeroOptions(min_budget=2),
     )

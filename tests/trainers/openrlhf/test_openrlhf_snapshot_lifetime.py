@@ -45,9 +45,8 @@ def test_executor_discards_every_snapshot_and_the_swe_layer_store_stays_bounded(
     from vllm import SamplingParams
 
     import envkit
-    from envkit.trainers.openrlhf.config import OpenRLHFSeroOptions
     from envkit.envs.swe.layers import LayerStore
-    from envkit.trainers.openrlhf.config import BackendConfig
+    from envkit.trainers.openrlhf.config import BackendConfig, OpenRLHFSeroOptions
     from envkit.trainers.openrlhf.gym_executor import GymAgentExecutor
     from envkit.trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord
 
