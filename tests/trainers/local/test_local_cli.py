@@ -31,6 +31,15 @@ def test_local_help_lists_every_option_with_its_default(capsys):
     assert "(default: tiny:arith)" in text and "(default: 0.12)" in text
 
 
+def test_local_help_shows_the_trainers_sero_knobs_and_not_the_oracle_pipelines(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["local", "--help"])
+    text = capsys.readouterr().out
+    assert "--agent.sero-opts.max-oracle-share" in text and "--agent.sero-opts.roots-per-group" in text
+    assert "--agent.sero-opts.weighting" not in text  # l_j scoring by choice: envkit-oracle rollout only
+    assert "--agent.sero-opts.oracle-max-steps" not in text  # OpenRLHF's budget without a turn cap
+
+
 def test_local_rejects_bad_values_with_a_message(capsys):
     with pytest.raises(SystemExit):
         cli.main(["local", "--explorer", "nope"])

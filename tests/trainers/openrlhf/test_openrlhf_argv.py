@@ -107,6 +107,18 @@ def test_main_rejects_unknown_option_and_bad_overrides(capsys):
     assert ">= 2 rollouts" in capsys.readouterr().err
 
 
+def test_help_shows_this_backends_sero_knobs_and_refuses_the_oracle_pipelines(capsys):
+    from envkit.trainers.openrlhf.entry import main
+
+    assert main(["--help", "--", "--rollout.n_samples_per_prompt", "4"]) == 0
+    text = capsys.readouterr().out
+    for flag in ("--sero-opts.max-oracle-share", "--sero-opts.oracle-max-steps", "--sero-opts.roots-per-group"):
+        assert flag in text, flag
+    assert "--sero-opts.weighting" not in text  # l_j scoring by choice: envkit-oracle rollout only
+    assert main(["--sero-opts.weighting", "choice", "--", "--rollout.n_samples_per_prompt", "4"]) == 2
+    assert "No such option" in capsys.readouterr().err
+
+
 def test_dry_run_goes_through_openrlhfs_real_parser(capsys):
     """runpy runs openrlhf.cli.train_ppo_ray's __main__ block: its parser, hierarchize and checks."""
     from envkit.trainers.openrlhf.entry import EXECUTOR_PATH, main
