@@ -61,59 +61,61 @@ class OracleSeroOptions(SeroOptions):
 class RunConfig:
     """G policy rollouts per task, SERO roots, oracle continuations, one record per step.
 
-    Attributes:
-        env_id: Registered env id (``envkit-oracle envs`` lists them).
-        env_kwargs: Env constructor argument KEY=VALUE (repeatable; VALUE parsed as JSON when it can be).
-        oracle_kwargs: Oracle constructor argument KEY=VALUE (repeatable; e.g. ALFWorld ``strategy=...``).
-        policy: Rollout policy: random | scripted:FILE | hf:PATH[?mode=choose] | openai:URL#MODEL.
-        tasks: Number of tasks (task i resets with a seed derived from --seed, i).
-        group: Rollouts per task (G).
-        out: Output file, .parquet or .jsonl (summary: <out>.summary.json).
-        workers: Env pool size (parallel envs).
-        backend: Env pool backend (``remote``: envs on an ``envkit-serve`` server, set ``--env-kwarg remote=URL``;
-            that URL always uses the remote pool).
-        seed: Run seed (task seeds, random policy draws).
-        max_steps: Episode step budget (None: the env's ``EnvEntry.horizon``).
-        scorer: Policy scorer for reachability weights: uniform | hf:PATH.
-        gamma_g: GraphGPO discount (None: the env's ``EnvEntry.gamma_g``).
-        state_key: GraphGPO's graph nodes (`envkit.credit.state_keys`): observation | env | graphgpo-recipe (None:
-            the env's exact ``info["state_key"]`` when it offers one, else the observation; the summary counts
-            the tasks per key as ``state_key_<kind>``).
-        sero: SERO options (roots per group, a root's minimum budget, l_j weighting, reachability weight; a
-            plain `SeroOptions` gets this pipeline's defaults).
-        device: Device of model policies/scorers: auto | cpu | cuda.
-        chunk_tasks: Tasks rolled out together (None: max(ceil(workers / group), ceil(workers / roots)), which
-            keeps every worker busy in both phases and each worker on one task, so instance-bound native
-            snapshots such as ALFWorld's restore natively); no effect on the records, a kill loses at most one.
-        progress: Show progress (a bar on a terminal, plain lines when piped).
+    Fields in groups: what is rolled out, who acts, how steps are credited, where it runs and where it goes.
     """
 
+    # --- what is rolled out ---
     env_id: Annotated[str, tyro.conf.arg(name="env")] = DEFAULT_ENV
+    """Registered env id (``envkit-oracle envs`` lists them)."""
     env_kwargs: Annotated[Mapping[str, Any], key_values("--env-kwarg"), tyro.conf.arg(name="env-kwarg")] = field(
         default_factory=dict
     )
-    oracle_kwargs: Annotated[Mapping[str, Any], key_values("--oracle-kwarg"), tyro.conf.arg(name="oracle-kwarg")] = (
-        field(default_factory=dict)
-    )
-    policy: str = "random"
-    tasks: int = 32
-    group: int = 8
-    out: str = "runs/oracle.parquet"
-    workers: int = 2
-    backend: Literal["inprocess", "subprocess", "ray", "remote"] = "subprocess"
-    seed: int = 0
+    """Env constructor argument KEY=VALUE (repeatable; VALUE parsed as JSON when it can be)."""
     max_steps: Annotated[
         int | None, tyro.conf.arg(help=f"Episode step budget (None: the env's EnvEntry.horizon: {_facts('horizon')}).")
     ] = None
+    tasks: int = 32
+    """Number of tasks (task i resets with a seed derived from --seed, i)."""
+    group: int = 8
+    """Rollouts per task (G)."""
+    seed: int = 0
+    """Run seed (task seeds, random policy draws)."""
+    # --- who acts ---
+    policy: str = "random"
+    """Rollout policy: random | scripted:FILE | hf:PATH[?mode=choose] | openai:URL#MODEL."""
+    oracle_kwargs: Annotated[Mapping[str, Any], key_values("--oracle-kwarg"), tyro.conf.arg(name="oracle-kwarg")] = (
+        field(default_factory=dict)
+    )
+    """Oracle constructor argument KEY=VALUE (repeatable; e.g. ALFWorld ``strategy=...``)."""
+    device: str = "auto"
+    """Device of model policies/scorers: auto | cpu | cuda."""
+    # --- how steps are credited ---
+    sero: OracleSeroOptions = field(default_factory=OracleSeroOptions)
+    """SERO options (roots per group, a root's minimum budget, l_j weighting, reachability weight; given a
+    plain `SeroOptions`, this pipeline's defaults fill in the rest)."""
     scorer: str = "uniform"
+    """Policy scorer for reachability weights: uniform | hf:PATH."""
     gamma_g: Annotated[
         float | None, tyro.conf.arg(help=f"GraphGPO discount (None: the env's EnvEntry.gamma_g: {_facts('gamma_g')}).")
     ] = None
     state_key: StateKeyKind | None = None
-    sero: OracleSeroOptions = field(default_factory=OracleSeroOptions)
-    device: str = "auto"
+    """GraphGPO's graph nodes (`envkit.credit.state_keys`): observation | env | graphgpo-recipe (None: the env's
+    exact ``info["state_key"]`` when it offers one, else the observation; the summary counts the tasks per key
+    as ``state_key_<kind>``)."""
+    # --- where it runs and where it goes ---
+    workers: int = 2
+    """Env pool size (parallel envs)."""
+    backend: Literal["inprocess", "subprocess", "ray", "remote"] = "subprocess"
+    """Env pool backend (``remote``: envs on an ``envkit-serve`` server, set ``--env-kwarg remote=URL``; that URL
+    always uses the remote pool)."""
     chunk_tasks: int | None = None
+    """Tasks rolled out together (None: max(ceil(workers / group), ceil(workers / roots)), which keeps every worker
+    busy in both phases and each worker on one task, so instance-bound native snapshots such as ALFWorld's restore
+    natively); no effect on the records, a kill loses at most one."""
+    out: str = "runs/oracle.parquet"
+    """Output file, .parquet or .jsonl (summary: <out>.summary.json)."""
     progress: bool = True
+    """Show progress (a bar on a terminal, plain lines when piped)."""
 
     def __post_init__(self) -> None:
         for name in ("tasks", "group", "workers"):

@@ -15,6 +15,7 @@ A field ``env_kwargs: Annotated[dict[str, Any], key_values("--env-kwarg")]`` rea
 from __future__ import annotations
 
 import contextlib
+import inspect
 import io
 import json
 import re
@@ -28,6 +29,28 @@ from tyro.constructors import PrimitiveConstructorSpec
 __all__ = ["cli", "fail", "id_list", "json_object", "key_values", "one_line", "parse_kwargs"]
 
 T = TypeVar("T")
+
+
+def _field_docs_as_paragraphs() -> None:
+    """Let a field's multi-line attribute docstring read as one paragraph in ``--help``.
+
+    The configs document each field in a docstring under it (grouped, as Gymnasium's ``EnvSpec`` is). tyro 1.0
+    joins a help text's single line breaks only where the next line starts with a letter, and does so before it
+    dedents an attribute docstring, so each indented continuation line kept its break. Dedenting first
+    (`inspect.cleandoc`) gives the join the lines it expects; texts that were already flat are unchanged.
+    """
+    strings = getattr(getattr(tyro, "_strings", None), "remove_single_line_breaks", None)
+    if strings is None or getattr(strings, "_envkit_dedents", False):
+        return
+
+    def joined(helptext: str) -> str:
+        return strings(inspect.cleandoc(helptext) if "\n" in helptext else helptext)
+
+    joined._envkit_dedents = True  # type: ignore[attr-defined]
+    tyro._strings.remove_single_line_breaks = joined  # type: ignore[attr-defined]
+
+
+_field_docs_as_paragraphs()
 _BOX = re.compile(r"[╭╮╰╯│─┃━┏┓┗┛]+")
 _ASCII_TITLE = re.compile(r"^\+-+ (.*?) -+\+$")
 _ASCII_SIDES = re.compile(r"^\| ?(.*?) ?\|$")

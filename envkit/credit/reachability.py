@@ -32,20 +32,21 @@ class ReachConfig:
     The one home of these defaults (docs/methods.md section 4.5); the SERO options of the oracle pipeline and both
     trainers nest it (``--sero.reach.p-floor``, ``--agent.sero-opts.reach.p-floor``, ``--sero-opts.reach.p-floor``).
 
-    Attributes:
-        p_floor: Per-step likelihood floor: each l_j is floored at ``log(p_floor)`` before summing.
-        tau_w: Temperature: ``exp(log w / tau_w)``; > 1 flattens, < 1 sharpens.
-        w_min: Lower clip of a weight.
-        first: Weight of the first oracle action (the one at the root, a state the policy reached): ``own``
-            (default, ours) its own likelihood, ``clip(exp(max(l_t, log p_floor) / tau_w), w_min, 1)``, so the most
-            off-policy sample of a rescue weighs what the policy's chance of taking it says; ``one`` the paper's
-            ``w_t = 1`` (reachability alone: the root is reached by the policy). Later steps: the formula above.
     """
 
+    # --- the weight of a continuation ---
     p_floor: float = 0.05
+    """Per-step likelihood floor: each l_j is floored at ``log(p_floor)`` before summing."""
     tau_w: float = 1.0
+    """Temperature: ``exp(log w / tau_w)``; > 1 flattens, < 1 sharpens."""
     w_min: float = 0.05
+    """Lower clip of a weight."""
+    # --- the first oracle action's ---
     first: Literal["own", "one"] = "own"
+    """Weight of the first oracle action (the one at the root, a state the policy reached): ``own`` (default,
+    ours) its own likelihood, ``clip(exp(max(l_t, log p_floor) / tau_w), w_min, 1)``, so the most off-policy
+    sample of a rescue weighs what the policy's chance of taking it says; ``one`` the paper's ``w_t = 1``, as
+    reachability alone weighs it (the root is reached by the policy). Later steps: the formula above."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.p_floor <= 1.0:

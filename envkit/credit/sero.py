@@ -74,14 +74,14 @@ class SeroOptions:
     roots_per_group: int = 2
     """At most this many roots (restored states) per task group (0 turns SERO off)."""
     min_budget: int | None = None
-    """A root needs at least this many steps of the episode budget left (None: the env's
-    ``EnvEntry.min_root_budget``, see ``envkit-oracle envs``)."""
+    """A root needs at least this many steps of the episode budget left (None: the env's minimum, its registered
+    value ``EnvEntry.min_root_budget``, see ``envkit-oracle envs``)."""
     # --- how oracle steps are credited ---
     reach: ReachConfig = field(default_factory=ReachConfig)
     """Reachability-weight settings."""
     same_state: Literal["policy", "all"] = "policy"
-    """Which rows form the same-state statistics of a POLICY row's graph advantage
-    (`envkit.credit.sero_advantages`): ``policy`` (default, ours) its same-state policy rows only, so an oracle
+    """Which rows form the same-state statistics of a POLICY row's graph advantage (in the
+    module `envkit.credit.sero_advantages`): ``policy`` (default, ours) its same-state policy rows only, so an oracle
     action changes the policy's own ranking only through the distances it reveals; ``all`` the oracle rows too,
     unweighted. Oracle rows always normalise over all same-state rows."""
 

@@ -100,6 +100,19 @@ def test_help_shows_only_the_sero_knobs_that_act_in_the_oracle_pipeline():
     assert {f"--sero.{n.replace('_', '-')}" for n in oracle_fields if n != "reach"} <= set(text.split())
 
 
+def test_a_fields_multi_line_docstring_reads_as_one_paragraph_in_help():
+    # Field docs live under the fields (attribute docstrings); their indented continuation lines must not keep
+    # their line breaks (envkit.oracles.command_line dedents them before tyro joins the lines).
+    res = runner.invoke(app, ["rollout", "--help"], env={"COLUMNS": "1000", "NO_COLOR": "1"})
+    lines = [re.sub(r"\s+", " ", line) for line in res.output.splitlines()]
+    for sentence in (
+        "policy rows only, so an oracle action changes the policy's own ranking",  # SeroOptions.same_state
+        "the summary counts the tasks per key as ``state_key_<kind>``",  # RunConfig.state_key
+        "the paper's ``w_t = 1``, as reachability alone weighs it",  # ReachConfig.first
+    ):
+        assert any(sentence in line for line in lines), sentence
+
+
 def test_help_documents_every_option_with_its_default():
     res = runner.invoke(app, ["rollout", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"})
     assert res.exit_code == 0
