@@ -102,7 +102,7 @@ def test_help_shows_only_the_sero_knobs_that_act_in_the_oracle_pipeline():
 
 def test_a_fields_multi_line_docstring_reads_as_one_paragraph_in_help():
     # Field docs live under the fields (attribute docstrings); their indented continuation lines must not keep
-    # their line breaks (envkit.oracles.command_line dedents them before tyro joins the lines).
+    # their line breaks (envkit.runtime.command_line dedents them before tyro joins the lines).
     res = runner.invoke(app, ["rollout", "--help"], env={"COLUMNS": "1000", "NO_COLOR": "1"})
     lines = [re.sub(r"\s+", " ", line) for line in res.output.splitlines()]
     for sentence in (
