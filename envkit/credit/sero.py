@@ -66,8 +66,8 @@ class SeroOptions:
     ``weighting``: `envkit.oracles.run_config.OracleSeroOptions`), as ``agent.sero_opts`` in the local trainer and
     ``sero_opts`` in the OpenRLHF backend (extended there by the trainers' oracle-row cap,
     `envkit.trainers.sero_options.TrainerSeroOptions`, and OpenRLHF's continuation budget). `resolve` adds what
-    the run fixes and gives the `SeroConfig` the maths read; it is the one place a ``None`` here becomes the env's
-    value.
+    the run fixes and gives the `SeroConfig` the maths read; `root_budget_for` is the one place ``min_budget=None``
+    becomes the env's value.
     """
 
     # --- which states are roots ---
