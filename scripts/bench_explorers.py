@@ -37,7 +37,7 @@ from tqdm import tqdm
 from envkit.runtime.models import ModelConfig, load_model
 from envkit.trainers.explorers.eden import EdenConfig
 from envkit.trainers.explorers.xrpo import XrpoConfig
-from envkit.trainers.local.tasks import make_task
+from envkit.trainers.local.task_specs import make_task
 from envkit.trainers.local.trainer import LocalTrainer, TrainConfig
 from envkit.trainers.local.warmup import sft_warmup
 

@@ -82,6 +82,7 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 import tyro
+from envkit.trainers.local.agent_branch import AgentBranchDriver
 
 from envkit.core import Step
 from envkit.envs.minishop.env import MiniShopEnv
@@ -91,7 +92,6 @@ from envkit.registration import env_facts, make
 from envkit.runtime.models import ModelConfig, load_model
 from envkit.trainers.explorers.branch import BranchConfig
 from envkit.trainers.local.agent_bc import bc_warmup, demo_rows, demo_words
-from envkit.trainers.local.agent_branch import AgentBranchDriver
 from envkit.trainers.local.generation import batch_sequences, score
 from envkit.trainers.local.multi_turn import AgentConfig, play
 from envkit.trainers.local.trainer import LocalTrainer, TrainConfig

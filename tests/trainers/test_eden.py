@@ -35,9 +35,13 @@ def _bank(k: int = 8, d: int = 256, seed: int = 0) -> AnchorBank:
 
 def test_config_defaults_and_validation():
     cfg = EdenConfig()
-    assert (cfg.group_size, cfg.n_noisy, cfg.n_standard, cfg.rho, cfg.n_anchors) == (16, 4, 12, 0.12, 8)
+    assert (cfg.n_noisy, cfg.n_standard(16), cfg.rho, cfg.n_anchors) == (4, 12, 0.12, 8)
     assert cfg.kl_coef == 0.0 and cfg.entropy_coef == 0.001
-    for bad in ({"n_noisy": 16}, {"gamma": 0.0}, {"top_p": 1.5}, {"ablation": "nope"}, {"rho": -1.0}):
+    assert not hasattr(cfg, "group_size")  # the run owns the group size
+    for size in (4, 1):  # n_noisy must leave a standard rollout of the run's group, and a group has >= 2
+        with pytest.raises(ValueError, match="run's group size"):
+            cfg.n_standard(size)
+    for bad in ({"n_noisy": -1}, {"gamma": 0.0}, {"top_p": 1.5}, {"ablation": "nope"}, {"rho": -1.0}):
         with pytest.raises(ValueError, match="EdenConfig"):
             EdenConfig(**bad)  # type: ignore[arg-type]
     assert EdenConfig(ablation="rho0").effective_rho == 0.0
@@ -96,7 +100,7 @@ def test_noisy_mask_and_temperatures_exact():
     assert noisy_temperature(10, 0.6, 1.0, 40) == pytest.approx(1.0 - 0.4 * (1 + math.cos(math.pi / 4)) / 2)
     assert noisy_temperature(50, 0.6, 1.0, 50) == 1.0 and noisy_temperature(500, 0.6, 1.0, 50) == 1.0
     assert noisy_temperature(0, 0.6, 1.0, 0) == 1.0
-    temps = row_temperatures(2, EdenConfig(group_size=4, n_noisy=1, tau_r=0.9), step=25)
+    temps = row_temperatures(2, 4, EdenConfig(n_noisy=1, tau_r=0.9), step=25)
     np.testing.assert_allclose(temps, [0.9, 0.9, 0.9, 0.8, 0.9, 0.9, 0.9, 0.8])
 
 
@@ -119,7 +123,7 @@ def test_eden_advantages_mixed_group_exact():
     rewards = [0, 0, 0, 1, 1, 0, 1, 0]
     groups = [0, 0, 0, 0, 1, 1, 1, 1]
     noisy = noisy_mask(2, 4, 1)
-    res = eden_advantages(rewards, groups, noisy, EdenConfig(group_size=4, n_noisy=1, top_p=0.5, gamma=0.5))
+    res = eden_advantages(rewards, groups, noisy, EdenConfig(n_noisy=1, top_p=0.5, gamma=0.5))
     s1 = math.sqrt(1 / 3)
     np.testing.assert_allclose(
         res.raw_advantages,

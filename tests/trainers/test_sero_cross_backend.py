@@ -150,7 +150,7 @@ def test_every_backend_gives_the_same_credit_on_the_same_group(sero):
 
 def test_sero_off_in_each_backend_is_plain_graphgpo():
     from envkit.credit.advantages import graphgpo_advantages
-    from envkit.trainers.local.agent_batch import step_table
+    from envkit.trainers.local.episode_steps import step_table
 
     episodes = [
         Episode(0, i, None, [1], [1], [], [], list(s[: len(a)]), list(a), [0.0] * len(a), list(inv), True, ok)

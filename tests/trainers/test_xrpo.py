@@ -49,22 +49,22 @@ def test_half_width_and_priority_exact():
 
 def test_allocate_greedy_chunks_exact():
     rewards = [[1, 0, 1, 0], [0, 0, 0, 0], [1, 1, 1, 0]]
-    cfg = XrpoConfig(group_size=6, n0=4, chunk_size=2, lam=0.03)
+    cfg = XrpoConfig(n0=4, chunk_size=2, lam=0.03)
     # step 0: no bonus. A: s=.577*g(4)=.202 > C: .5*g(4)=.175 -> A(6): .577*g(6)=.072 ; C -> C(6) .062 ; A -> A(8)
     np.testing.assert_array_equal(allocate(rewards, [4, 4, 4], 6, 0, cfg), [4, 0, 2])
-    capped = XrpoConfig(group_size=6, n0=4, chunk_size=2, n_max=6)
+    capped = XrpoConfig(n0=4, chunk_size=2, n_max=6)
     np.testing.assert_array_equal(allocate(rewards, [4, 4, 4], 6, 0, capped), [2, 2, 2])
-    one = XrpoConfig(group_size=6, n0=4, chunk_size=1)
+    one = XrpoConfig(n0=4, chunk_size=1)
     np.testing.assert_array_equal(allocate(rewards, [4, 4, 4], 3, 0, one), [2, 0, 1])  # A, C, A
     # a large exploration bonus late in training reaches the zero-variance prompt too
-    explore = XrpoConfig(group_size=6, n0=4, chunk_size=2, lam=1.0)
+    explore = XrpoConfig(n0=4, chunk_size=2, lam=1.0)
     assert allocate(rewards, [4, 4, 4], 6, 1000, explore)[1] > 0
     with pytest.raises(ValueError, match="n_max"):
         allocate(rewards, [6, 6, 6], 2, 0, capped)
 
 
 def test_allocate_breaks_equal_priorities_by_fewest_rollouts_then_prompt_order():
-    cfg = XrpoConfig(group_size=8, n0=4, chunk_size=2)
+    cfg = XrpoConfig(n0=4, chunk_size=2)
     zeros = [np.zeros(4)] * 4
     # step 0: no bonus, every zero-variance prompt has priority 0; the index tie-break gave [16, 0, 0, 0]
     np.testing.assert_array_equal(allocate(zeros, [4, 4, 4, 4], 16, 0, cfg), [4, 4, 4, 4])
@@ -79,11 +79,11 @@ def test_allocate_breaks_equal_priorities_by_fewest_rollouts_then_prompt_order()
     [(8, 4, 3, 2, None, 5), (8, 4, 3, 3, 9, 7), (16, 4, 4, 1, 20, 3), (6, 4, 2, 5, None, 1), (4, 4, 3, 2, None, 4)],
 )
 def test_planner_total_budget_is_preserved(group_size, n0, n_phases, chunk, n_max, n_prompts):
-    cfg = XrpoConfig(group_size=group_size, n0=n0, n_phases=n_phases, chunk_size=chunk, n_max=n_max)
+    cfg = XrpoConfig(n0=n0, n_phases=n_phases, chunk_size=chunk, n_max=n_max)
     rng = np.random.default_rng(group_size + n_prompts)
     probs = rng.random(n_prompts)
-    planner = XrpoPlanner(cfg, n_prompts, step=5)
-    assert sum(phase_budgets(n_prompts, cfg)) == n_prompts * group_size
+    planner = XrpoPlanner(cfg, n_prompts, step=5, group_size=group_size)
+    assert sum(phase_budgets(n_prompts, group_size, cfg)) == n_prompts * group_size
     phases = 0
     while (alloc := planner.next_phase()) is not None:
         phases += 1
@@ -99,7 +99,7 @@ def test_planner_total_budget_is_preserved(group_size, n0, n_phases, chunk, n_ma
 
 
 def test_planner_protocol_errors():
-    planner = XrpoPlanner(XrpoConfig(group_size=8, n0=4), 2, step=0)
+    planner = XrpoPlanner(XrpoConfig(n0=4), 2, step=0, group_size=8)
     with pytest.raises(RuntimeError, match="next_phase"):
         planner.observe([[0.0] * 4, [0.0] * 4])
     planner.next_phase()
@@ -107,9 +107,13 @@ def test_planner_protocol_errors():
         planner.next_phase()
     with pytest.raises(ValueError, match="prompt 1"):
         planner.observe([[0.0] * 4, [0.0] * 3])
-    for bad in ({"n0": 1}, {"n0": 9}, {"n_max": 4}, {"alpha": 0.0}, {"n_phases": 1}):
+    for bad in ({"n0": 1}, {"alpha": 0.0}):
         with pytest.raises(ValueError, match="XrpoConfig"):
-            XrpoConfig(group_size=8, **bad)  # type: ignore[arg-type]
+            XrpoConfig(**bad)  # type: ignore[arg-type]
+    assert not hasattr(XrpoConfig(), "group_size")  # the run owns the group size: checked against it
+    for bad in ({"n0": 9}, {"n_max": 4}, {"n_phases": 1}):
+        with pytest.raises(ValueError, match=r"XrpoConfig.*group size 8"):
+            XrpoPlanner(XrpoConfig(**bad), 2, step=0, group_size=8)  # type: ignore[arg-type]
 
 
 def test_all_fail_prompts_get_icl_prefixes_in_later_phases():
@@ -120,7 +124,7 @@ def test_all_fail_prompts_get_icl_prefixes_in_later_phases():
     prompts = ["What is 8 + 6?", "What is 2 * 2?", "Spell cat."]
     ids = ["q0", "q1", "q2"]
     # lam large so the zero-variance prompts receive later rollouts too
-    planner = XrpoPlanner(XrpoConfig(group_size=8, n0=4, lam=5.0), 3, step=100)
+    planner = XrpoPlanner(XrpoConfig(n0=4, lam=5.0), 3, step=100, group_size=8)
     seen: list[tuple[np.ndarray, list[str], np.ndarray]] = []
     outcome = {0: 0.0, 1: 1.0, 2: 0.0}  # q0 and q2 always fail, q1 always succeeds
     while (alloc := planner.next_phase()) is not None:

@@ -1,13 +1,13 @@
 """EDEN: Embedding-space Directional Exploration via anchored Noise (docs/methods.md section 5), backend-agnostic maths.
 
 API summary (numpy; the engines that generate and score live in trainers/local/trainer.py and trainers/openrlhf/):
-    EdenConfig(group_size=16, n_noisy=4, rho=0.12, n_anchors=8, top_p=0.5, gamma=0.5, tau_r=1.0, ...)
+    EdenConfig(n_noisy=4, rho=0.12, n_anchors=8, top_p=0.5, gamma=0.5, tau_r=1.0, ...)
     build_anchor_bank(embeddings (V, d), vocab, score_fn, config, rng) -> AnchorBank     (see explorers.anchors)
     noisy_mask(n_prompts, group_size, n_noisy) -> (P * G,) bool            the last n_noisy rows of each group
     perturb(anchor (d,), n, rho, rng) -> (n, d)    e~ = e_b + rho * ||e_b|| * eps / sqrt(d), eps ~ N(0, I)
     draw_noisy_rows(bank, n_prompts, config, rng) -> NoisyDraw    per-prompt anchor (shared), per-rollout noise
     noisy_temperature(step, tau_start, tau_end, warmup_steps) -> float     cosine warm-up of tau_n(s)
-    row_temperatures(n_prompts, config, step) -> (P * G,)                  tau_r for standard rows, tau_n(s) noisy
+    row_temperatures(n_prompts, group_size, config, step) -> (P * G,)      tau_r for standard rows, tau_n(s) noisy
     select_noisy(advantages (N,), noisy_mask (N,), top_p) -> keep (N,) bool    batch-wide top-p |A| of noisy rows
     absorb(advantages, noisy_mask, keep, gamma) -> (advantages (N,), loss_mask (N,) bool)
     eden_advantages(rewards, group_ids, noisy_mask, config) -> EdenResult  normalise over the mixed group + absorb
@@ -59,11 +59,12 @@ ABLATIONS: tuple[str, ...] = ("anchored", "rho0", "no_anchor", "random_anchor_pe
 
 @dataclass(frozen=True)
 class EdenConfig:
-    """EDEN settings (docs/methods.md section 5).
+    """EDEN settings (docs/methods.md section 5). The group size G (standard + noisy rollouts per prompt) is the
+    run's (``TrainConfig.group_size``, OpenRLHF's ``n_samples_per_prompt``), not EDEN's: `n_standard(G)` checks
+    ``n_noisy < G``.
 
     Attributes:
-        group_size: Rollouts per prompt G (16), standard + noisy.
-        n_noisy: Noisy rollouts per prompt K_n (4: 25% is best, 50% falls back to GRPO level).
+        n_noisy: Noisy rollouts per prompt K_n (4 of G = 16: 25% is best, 50% falls back to GRPO level).
         rho: Relative noise norm (0.12; 0.18 for some models); angle to the anchor ~ arctan(rho).
         n_anchors: Anchor-bank size K (8).
         top_p: Share of noisy rollouts kept batch-wide, by |A| rank (0.5, ours).
@@ -85,7 +86,6 @@ class EdenConfig:
         eps_high: Upper clip range (0.28, clip-higher; ours).
     """
 
-    group_size: int = 16
     n_noisy: int = 4
     rho: float = 0.12
     n_anchors: int = 8
@@ -109,8 +109,7 @@ class EdenConfig:
 
     def __post_init__(self) -> None:
         checks = [
-            (self.group_size >= 2, f"group_size must be >= 2, got {self.group_size}"),
-            (0 <= self.n_noisy < self.group_size, f"n_noisy must be in [0, group_size), got {self.n_noisy}"),
+            (self.n_noisy >= 0, f"n_noisy must be >= 0, got {self.n_noisy}"),
             (self.rho >= 0.0, f"rho must be >= 0, got {self.rho}"),
             (self.n_anchors >= 1, f"n_anchors must be >= 1, got {self.n_anchors}"),
             (0.0 < self.top_p <= 1.0, f"top_p must be in (0, 1], got {self.top_p}"),
@@ -126,10 +125,18 @@ class EdenConfig:
             if not ok:
                 raise ValueError(f"EdenConfig: {msg}")
 
-    @property
-    def n_standard(self) -> int:
-        """Standard rollouts per prompt K_r = G - K_n."""
-        return self.group_size - self.n_noisy
+    def n_standard(self, group_size: int) -> int:
+        """Standard rollouts per prompt K_r = G - K_n of the run's group size G.
+
+        Raises:
+            ValueError: G < 2 or K_n >= G (the message says what to set).
+        """
+        if group_size < 2 or not 0 <= self.n_noisy < group_size:
+            raise ValueError(
+                f"EdenConfig.n_noisy ({self.n_noisy}) must be < the run's group size ({group_size}) and the group "
+                "size >= 2: lower --eden.n-noisy or raise the run's group size (--group-size / n_samples_per_prompt)"
+            )
+        return group_size - self.n_noisy
 
     @property
     def effective_rho(self) -> float:
@@ -239,9 +246,9 @@ def noisy_temperature(step: int, tau_start: float = 0.6, tau_end: float = 1.0, w
     return float(tau_end - (tau_end - tau_start) * 0.5 * (1.0 + math.cos(math.pi * step / warmup_steps)))
 
 
-def row_temperatures(n_prompts: int, config: EdenConfig, step: int) -> np.ndarray:
+def row_temperatures(n_prompts: int, group_size: int, config: EdenConfig, step: int) -> np.ndarray:
     """(P * G,) sampling temperature of each row: tau_r for standard rows, tau_n(step) for noisy ones."""
-    mask = noisy_mask(n_prompts, config.group_size, config.n_noisy)
+    mask = noisy_mask(n_prompts, group_size, config.n_noisy)
     tau_n = noisy_temperature(step, config.tau_n_start, config.tau_n_end, config.warmup_steps)
     return np.where(mask, tau_n, config.tau_r)
 

@@ -1,20 +1,20 @@
 """XRPO: eXplore-eXploit GRPO (docs/methods.md section 6; arXiv 2510.06672), backend-agnostic planning and maths.
 
 API summary:
-    XrpoConfig(group_size=8, n0=4, n_max=None, n_phases=3, chunk_size=2, alpha=0.05, lam=0.03, icl=True, icl_k=2,
+    XrpoConfig(n0=4, n_max=None, n_phases=3, chunk_size=2, alpha=0.05, lam=0.03, icl=True, icl_k=2,
                icl_backend="auto", sharpen=True, lambda_n=2.5, kappa=0.5, success_threshold=0.5)
     half_width(rewards, alpha=0.05, n=None) -> float      t_{1-alpha/2, n-1} * s / sqrt(n)
     priority(rewards, step, lam=0.03, alpha=0.05, n=None) -> float   [h(n) - h(n+1)] + lam * sqrt(ln(1+T) / n)
     allocate(rewards_per_prompt, counts, budget, step, config) -> (P,) extra rollouts (greedy, chunked)
-    phase_budgets(n_prompts, config) -> list[int]          phase 1 = n0 * P; the rest split over phases 2..
-    XrpoPlanner(config, n_prompts, step)                   next_phase() / observe(...) / all_failed() / stats()
+    phase_budgets(n_prompts, group_size, config) -> list[int]   phase 1 = n0 * P; the rest over phases 2..
+    XrpoPlanner(config, n_prompts, step, group_size)       next_phase() / observe(...) / all_failed() / stats()
     sharpen(advantages, correct, mean_logprobs, group_ids, lambda_n=2.5, kappa=0.5) -> (N,)
     icl_prompts(prompts, problem_ids, seeded, corpus) -> (prompts, augmented mask)   all-fail ICL seeding
     IclCorpus, icl_prefix                                  re-exported from envkit.trainers.explorers.icl
 
 Driving the planner (one training step, P prompts, total budget exactly ``P * group_size``)::
 
-    planner = XrpoPlanner(cfg, n_prompts=P, step=T)
+    planner = XrpoPlanner(cfg, n_prompts=P, step=T, group_size=G)
     while (alloc := planner.next_phase()) is not None:     # (P,) rollouts to generate in this phase
         texts, seeded = icl_prompts(prompts, ids, planner.all_failed(), corpus)   # all-fail -> ICL prefix
         ... generate alloc[p] rollouts of texts[p] ...
@@ -55,10 +55,13 @@ __all__ = [
 class XrpoConfig:
     """XRPO settings (docs/methods.md section 6; (ours) = the project's choice where the paper is silent).
 
+    The group size n (the baseline's rollouts per prompt; the step's total budget is ``n_prompts * n``) is the
+    run's (``TrainConfig.group_size``, OpenRLHF's ``n_samples_per_prompt``), not XRPO's: `check_group(n)` checks
+    the settings against it.
+
     Attributes:
-        group_size: The baseline's rollouts per prompt n; the step's total budget is ``n_prompts * group_size``.
-        n0: Phase-1 rollouts per prompt (the paper uses n0 >= 4; at least 2 for a sample std).
-        n_max: Optional cap on rollouts per prompt (>= group_size so the budget can always be spent).
+        n0: Phase-1 rollouts per prompt (the paper uses n0 >= 4; at least 2 for a sample std; at most n).
+        n_max: Optional cap on rollouts per prompt (>= n so the budget can always be spent).
         n_phases: Number of phases including phase 1 (3).
         chunk_size: Rollouts handed to the top-priority prompt per greedy pick (2, ours).
         alpha: t-interval level: half-width uses t_{1 - alpha/2, n-1} (0.05).
@@ -76,7 +79,6 @@ class XrpoConfig:
         success_threshold: A rollout with reward > this is a success (all-fail test, corpus).
     """
 
-    group_size: int = 8
     n0: int = 4
     n_max: int | None = None
     n_phases: int = 3
@@ -95,8 +97,7 @@ class XrpoConfig:
 
     def __post_init__(self) -> None:
         checks = [
-            (2 <= self.n0 <= self.group_size, f"n0 must be in [2, group_size={self.group_size}], got {self.n0}"),
-            (self.n_max is None or self.n_max >= self.group_size, "n_max must be None or >= group_size"),
+            (self.n0 >= 2, f"n0 must be >= 2, got {self.n0}"),
             (self.n_phases >= 1, f"n_phases must be >= 1, got {self.n_phases}"),
             (self.chunk_size >= 1, f"chunk_size must be >= 1, got {self.chunk_size}"),
             (0.0 < self.alpha < 1.0, f"alpha must be in (0, 1), got {self.alpha}"),
@@ -107,11 +108,25 @@ class XrpoConfig:
                 f"icl_loss_prompt must be 'augmented' or 'clean', got {self.icl_loss_prompt!r}",
             ),
             (self.lambda_n >= 0.0 and self.kappa >= 0.0, "lambda_n and kappa must be >= 0"),
-            (self.n_phases > 1 or self.n0 == self.group_size, "with n_phases=1 set n0 = group_size"),
         ]
         for ok, msg in checks:
             if not ok:
                 raise ValueError(f"XrpoConfig: {msg}")
+
+    def check_group(self, group_size: int) -> None:
+        """Check these settings against the run's group size n.
+
+        Raises:
+            ValueError: n0 > n, n_max < n, or one phase with n0 != n (the message says what to set).
+        """
+        checks = [
+            (self.n0 <= group_size, f"n0 ({self.n0}) must be <= the run's group size {group_size}"),
+            (self.n_max is None or self.n_max >= group_size, f"n_max must be None or >= the group size {group_size}"),
+            (self.n_phases > 1 or self.n0 == group_size, f"with n_phases=1 set n0 = the group size {group_size}"),
+        ]
+        for ok, msg in checks:
+            if not ok:
+                raise ValueError(f"XrpoConfig: {msg} (--xrpo.* or the run's --group-size / n_samples_per_prompt)")
 
 
 @functools.lru_cache(maxsize=4096)
@@ -194,10 +209,11 @@ def allocate(rewards_per_prompt: Sequence[Any], counts: Any, budget: int, step: 
     return extra
 
 
-def phase_budgets(n_prompts: int, config: XrpoConfig) -> list[int]:
+def phase_budgets(n_prompts: int, group_size: int, config: XrpoConfig) -> list[int]:
     """Rollouts per phase: ``n0 * P`` first, then ``(group_size - n0) * P`` split evenly (earlier phases get the
     remainder). Sums to ``n_prompts * group_size`` exactly."""
-    rest = (config.group_size - config.n0) * n_prompts
+    config.check_group(group_size)
+    rest = (group_size - config.n0) * n_prompts
     later = config.n_phases - 1
     split = [rest // later + (1 if i < rest % later else 0) for i in range(later)] if later else []
     return [config.n0 * n_prompts, *split]
@@ -210,15 +226,17 @@ class XrpoPlanner:
         config: XRPO settings.
         n_prompts: Prompts in the batch (P).
         step: Training step T (for the exploration bonus).
+        group_size: The run's rollouts per prompt n: the step's budget is ``n_prompts * group_size``.
     """
 
-    def __init__(self, config: XrpoConfig, n_prompts: int, step: int) -> None:
+    def __init__(self, config: XrpoConfig, n_prompts: int, step: int, group_size: int) -> None:
         if n_prompts < 1:
             raise ValueError(f"n_prompts must be >= 1, got {n_prompts}")
         self.config = config
         self.n_prompts = n_prompts
         self.step = step
-        self.budgets = phase_budgets(n_prompts, config)
+        self.group_size = group_size
+        self.budgets = phase_budgets(n_prompts, group_size, config)
         self.phase = 0
         self.counts = np.zeros(n_prompts, dtype=np.int64)
         self.rewards: list[list[float]] = [[] for _ in range(n_prompts)]
@@ -227,7 +245,7 @@ class XrpoPlanner:
 
     @property
     def total_budget(self) -> int:
-        return self.n_prompts * self.config.group_size
+        return self.n_prompts * self.group_size
 
     @property
     def done(self) -> bool:

@@ -13,7 +13,7 @@ After `envkit.trainers.local.multi_turn.play` (with ``record=True``: every step 
 3. one oracle row per success, token-in/token-out: the episode's own ids up to the root (loss flag 0, never
    re-tokenised), then each oracle action (its text's ids + EOS, flag 1) and the env's next observation (flag 0);
    one no-grad forward over all oracle rows gives l_j, the policy's mean token log-prob of each oracle action;
-4. `envkit.credit.sero_advantages.sero_advantages` on the step's plain GraphGPO table (`agent_batch.step_table`)
+4. `envkit.credit.sero_advantages.sero_advantages` on the step's plain GraphGPO table (`episode_steps.step_table`)
    and the rescues: the policy rows keep plain GraphGPO's episode term and change only where the oracle's
    transitions changed their same-state distances; oracle action k's advantage is a success's, times its weight;
 5. once the group is credited, every snapshot its episodes took is discarded in the episode's env
@@ -37,7 +37,7 @@ from envkit.credit.sero_advantages import Rescue, SeroAdvantages, sero_advantage
 from envkit.credit.state_keys import resolve_state_key
 from envkit.lifetime import discard_many
 from envkit.oracles.continuation import ContinuationOutcome, continue_from_root, job_for
-from envkit.trainers.local.agent_batch import step_table
+from envkit.trainers.local.episode_steps import step_table
 from envkit.trainers.local.multi_turn import AgentConfig, Episode, continuation_ids
 from envkit.trainers.local.prompt_encoding import encode_text
 from envkit.trainers.local.shared_prefix import response_logits
@@ -144,7 +144,7 @@ def episode_credit(
     cfg: AgentConfig,
 ) -> SeroAdvantages:
     """`envkit.credit.sero_advantages.sero_advantages` of a step: the plain GraphGPO table of its episodes
-    (`agent_batch.step_table`, in episode order) and one `Rescue` per (episode, successful continuation, l_j).
+    (`episode_steps.step_table`, in episode order) and one `Rescue` per (episode, successful continuation, l_j).
     States are anchors under ``adv.state_key`` (unset: the env's exact key when every policy and oracle state
     has one); a rescue's follow the episode's path through its root (`Rescue.from_path`)."""
     path_infos = [s.info for e, out in rescued for s in (*e.steps[: out.root.t], *out.steps)]

@@ -168,16 +168,3 @@ class EnvTask:
 
     def score(self, problems: Sequence[Problem], completions: Sequence[str]) -> list[float]:
         return [r for r, _ in self.check(problems, completions)]
-
-
-def make_task(spec: str, env_kwargs: dict[str, Any] | None = None) -> ProblemSource:
-    """A task from its CLI spec: ``arith`` / ``arith:<digits>`` or an envkit id such as ``envkit/Math-v0``."""
-    if spec == "arith" or spec.startswith("arith:"):
-        return ArithmeticTask(digits=int(spec.split(":", 1)[1]) if ":" in spec else 2)
-    if spec == "words":  # continue an ordered list of words (`envkit.trainers.local.word_tasks`)
-        from envkit.trainers.local.word_tasks import WordSequenceTask
-
-        return WordSequenceTask()
-    if spec.startswith("envkit/"):
-        return EnvTask(env_id=spec, env_kwargs=dict(env_kwargs or {}))
-    raise ValueError(f"unknown task {spec!r}: use 'arith', 'arith:<digits>', 'words' or a single-turn envkit id")

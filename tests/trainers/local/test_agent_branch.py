@@ -1,7 +1,9 @@
-"""Branching rollouts in the local trainer (`envkit.trainers.local.agent_branch`), on the real Toy-v0 env with a
+"""Branching rollouts in the local trainer (`envkit.trainers.local.explorers.branch`), on the real Toy-v0 env with a
 tiny transformers model: the env-step budget, the rows, the discards and the credit."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
@@ -13,8 +15,8 @@ from envkit.credit.advantage_options import AdvantageOptions  # noqa: E402
 from envkit.errors import SnapshotError  # noqa: E402
 from envkit.runtime.models import ModelConfig  # noqa: E402
 from envkit.trainers.local import multi_turn  # noqa: E402
-from envkit.trainers.local.agent_batch import collect_agent_batch  # noqa: E402
-from envkit.trainers.local.agent_branch import AgentBranchDriver, branch_config, fork  # noqa: E402
+from envkit.trainers.local.contracts import Budget  # noqa: E402
+from envkit.trainers.local.explorers.branch import AgentBranchDriver, branch_config, fork  # noqa: E402
 from envkit.trainers.local.multi_turn import AgentConfig, Episode  # noqa: E402
 from envkit.trainers.local.trainer import LocalTrainer, TrainConfig  # noqa: E402
 
@@ -47,12 +49,7 @@ def counted_steps(monkeypatch):
 
 
 def _collect(trainer: LocalTrainer):
-    cfg = trainer.cfg
-    episodes = trainer.explorer.collect(
-        trainer.model, trainer.tok, TOY, [11, 12], step=0, max_new_tokens=cfg.max_new_tokens,
-        temperature=cfg.temperature, seed=5, record=False,
-    )  # fmt: skip
-    return episodes
+    return trainer.explorer.collect(0, [11, 12], Budget.of(trainer.cfg), seed=5)
 
 
 def test_the_env_step_budget_holds_and_every_snapshot_is_discarded(tmp_path, counted_steps):
@@ -106,8 +103,7 @@ def test_set_budget_changes_the_next_steps_budget_and_logs_a_backbone_overrun(tm
 
 def test_branch_rows_train_only_their_own_actions_after_the_backbones_prefix(tmp_path):
     trainer = LocalTrainer(_cfg(tmp_path, points=2, branches=2))
-    cfg = trainer.cfg
-    batch, m = collect_agent_batch(trainer.model, trainer.tok, TOY, cfg.shape, seed=3, explorer=trainer.explorer)
+    batch, m = trainer.source.batch(0, seed=3)
     assert m["rollouts"] == len(batch.prompts) == 4 + m["branches"] and m["branches"] == 8
     for key in ("branch_points", "branch_entropy_at_points", "branches_finished", "branch_loo_mass"):
         assert key in m
@@ -129,8 +125,8 @@ def _episode(group, index, actions, success):
 def test_postprocess_adds_weighted_leave_one_out_to_the_estimator(tmp_path):
     base = _cfg(tmp_path, loo_weight=2.0, estimator_weight=0.5)
     agent = AgentConfig(max_turns=4, estimator="gigpo", adv=AdvantageOptions(terminal_reward=10.0, norm="mean"))
-    shape = base.shape.__class__(**{**base.shape.__dict__, "agent": agent})
-    driver = AgentBranchDriver(base.branch, shape)
+    run = dataclasses.replace(base, agent=agent)
+    driver = AgentBranchDriver(base.branch, None, None, run)  # type: ignore[arg-type]  # postprocess needs no model
     eps = [_episode(0, 0, ["a", "b", "c"], True), _episode(0, 1, ["a", "x"], False)]
     driver._links = {(0, 0): (-1, 0), (0, 1): (0, 1)}
     out, stats = driver.postprocess(eps, [np.array([1.0, 1.0, 1.0]), np.array([2.0, 2.0])])
@@ -143,8 +139,8 @@ def test_postprocess_adds_weighted_leave_one_out_to_the_estimator(tmp_path):
 def test_sero_single_turn_and_snapshotless_forks_are_refused(tmp_path):
     cfg = _cfg(tmp_path)
     with pytest.raises(ValueError, match=r"set agent\.sero=False"):
-        AgentBranchDriver(cfg.branch, cfg.shape.__class__(**{**cfg.shape.__dict__, "agent": AgentConfig(
-            estimator="graphgpo", sero=True)}))  # fmt: skip
+        sero = dataclasses.replace(cfg, agent=AgentConfig(max_turns=4, estimator="graphgpo", sero=True))
+        AgentBranchDriver(cfg.branch, None, None, sero)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="no single-turn explorer named 'branch'"):
         LocalTrainer(TrainConfig(task="arith", model=TINY, run_dir=str(tmp_path), explorer="branch"))
     with pytest.raises(ValueError, match="play it with record=True"):
@@ -153,7 +149,7 @@ def test_sero_single_turn_and_snapshotless_forks_are_refused(tmp_path):
 
 def test_decision_entropies_match_the_full_forward_at_the_sampling_temperature():
     from envkit.runtime.models import load_model
-    from envkit.trainers.local.agent_branch import decision_entropies
+    from envkit.trainers.local.explorers.branch import decision_entropies
     from envkit.trainers.local.generation import batch_sequences
     from envkit.trainers.local.multi_turn import EpisodeSpec, play_specs
     from envkit.trainers.losses import token_entropy

@@ -1,4 +1,4 @@
-"""EDEN on agent envs in the local trainer (`envkit.trainers.local.agent_eden`), on the real Toy-v0 env with a tiny model."""
+"""EDEN on agent envs in the local trainer (`envkit.trainers.local.explorers.eden`), on the real Toy-v0 env with a tiny model."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ pytest.importorskip("transformers")
 import envkit.trainers.local.multi_turn as mt  # noqa: E402
 from envkit.runtime.models import ModelConfig  # noqa: E402
 from envkit.trainers.explorers.eden import EdenConfig, absorb, eden_advantages, select_noisy  # noqa: E402
-from envkit.trainers.local.agent_batch import collect_agent_batch  # noqa: E402
 from envkit.trainers.local.multi_turn import AgentConfig, Episode  # noqa: E402
 from envkit.trainers.local.trainer import LocalTrainer, TrainConfig  # noqa: E402
 
@@ -45,10 +44,7 @@ def test_noisy_episodes_perturb_only_their_first_turn_and_train_on_clean_prompts
         return original(model, tok, contexts, temps, **kw)
 
     monkeypatch.setattr(mt, "sample", spy)
-    cfg = trainer.cfg
-    batch, m = collect_agent_batch(
-        trainer.model, trainer.tok, cfg.task, cfg.shape, seed=3, explorer=trainer.explorer, step=1
-    )
+    batch, m = trainer.source.batch(1, seed=3)
     first_n, first_temps, first_extra = calls[0]
     assert first_n == 12 and first_extra is not None
     noisy = [x is not None for x in first_extra]

@@ -1,4 +1,4 @@
-"""XRPO on agent envs in the local trainer (`envkit.trainers.local.agent_xrpo`), on the real Toy-v0 env with a tiny model."""
+"""XRPO on agent envs in the local trainer (`envkit.trainers.local.explorers.xrpo`), on the real Toy-v0 env with a tiny model."""
 
 from __future__ import annotations
 
@@ -10,7 +10,6 @@ pytest.importorskip("transformers")
 
 from envkit.runtime.models import ModelConfig  # noqa: E402
 from envkit.trainers.explorers.xrpo import XrpoConfig, sharpen  # noqa: E402
-from envkit.trainers.local.agent_batch import collect_agent_batch  # noqa: E402
 from envkit.trainers.local.multi_turn import AgentConfig, Episode  # noqa: E402
 from envkit.trainers.local.trainer import LocalTrainer, TrainConfig  # noqa: E402
 
@@ -33,10 +32,7 @@ def _trainer(tmp_path, estimator="grpo", sero=False, **xrpo) -> LocalTrainer:
 
 
 def _batch(trainer):
-    cfg = trainer.cfg
-    return collect_agent_batch(
-        trainer.model, trainer.tok, cfg.task, cfg.shape, seed=3, explorer=trainer.explorer, step=1
-    )
+    return trainer.source.batch(1, seed=3)
 
 
 def test_the_budget_is_kept_and_all_fail_tasks_get_icl_first_prompts(tmp_path):

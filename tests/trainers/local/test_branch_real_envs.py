@@ -16,7 +16,7 @@ pytest.importorskip("transformers")
 
 from envkit.core import Step, jsonable  # noqa: E402
 from envkit.runtime.models import ModelConfig  # noqa: E402
-from envkit.trainers.local.agent_branch import fork  # noqa: E402
+from envkit.trainers.local.explorers.branch import fork  # noqa: E402
 from envkit.trainers.local.multi_turn import AgentConfig, Episode  # noqa: E402
 
 torch.set_num_threads(1)
@@ -141,7 +141,6 @@ def test_alfworld_branches_run_in_the_backbones_own_instance(alfworld_data: Path
     _needs_alfworld()
     monkeypatch.setenv("ALFWORLD_DATA", str(alfworld_data))
     from envkit.trainers.explorers.branch import BranchConfig
-    from envkit.trainers.local.agent_batch import collect_agent_batch
     from envkit.trainers.local.trainer import LocalTrainer, TrainConfig
 
     cfg = TrainConfig(
@@ -151,7 +150,7 @@ def test_alfworld_branches_run_in_the_backbones_own_instance(alfworld_data: Path
         progress=False,
     )  # fmt: skip
     trainer = LocalTrainer(cfg)
-    batch, m = collect_agent_batch(trainer.model, trainer.tok, cfg.task, cfg.shape, seed=1, explorer=trainer.explorer)
+    batch, m = trainer.source.batch(0, seed=1)
     assert m["branches"] == 2 * m["branch_points"] >= 2
     assert m["branch_native_restores"] == m["branches"] and m["branch_replay_restores"] == 0
     assert m["branch_env_steps"] <= m["branch_budget_steps"] == 6 and len(batch.prompts) == 1 + m["branches"]

@@ -17,6 +17,7 @@ import envkit.trainers.local.update as update_mod  # noqa: E402
 from envkit.credit.advantages import group_advantages  # noqa: E402
 from envkit.runtime.models import ModelConfig  # noqa: E402
 from envkit.trainers.explorers.eden import EdenConfig  # noqa: E402
+from envkit.trainers.local.contracts import Budget  # noqa: E402
 from envkit.trainers.local.prompt_encoding import encode_prompt  # noqa: E402
 from envkit.trainers.local.trainer import LocalTrainer, TrainConfig  # noqa: E402
 from envkit.trainers.local.update import LossConfig  # noqa: E402
@@ -43,7 +44,7 @@ def _collect(trainer: LocalTrainer, step: int, seed: int) -> tuple[list, list, l
     cfg = trainer.cfg
     problems = trainer.task.sample(np.random.default_rng([cfg.seed, step]), cfg.prompts_per_step)
     prompts = [encode_prompt(trainer.tok, p.prompt, raw=True) for p in problems]
-    rolls = trainer.explorer.collect(step, problems, prompts, temperature=1.0, max_new_tokens=4, seed=seed)
+    rolls = trainer.explorer.collect(step, problems, prompts, Budget.of(cfg), seed=seed)
     raw = group_advantages(np.array([r.reward for r in rolls]), np.array([r.group for r in rolls]), "grpo")
     for r, a in zip(rolls, raw.tolist(), strict=True):
         r.advantage = a

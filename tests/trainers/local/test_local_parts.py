@@ -13,9 +13,11 @@ pytest.importorskip("transformers")
 from envkit.runtime.models import ModelConfig, load_model  # noqa: E402
 from envkit.trainers.explorers.eden import EdenConfig  # noqa: E402
 from envkit.trainers.explorers.xrpo import XrpoConfig  # noqa: E402
+from envkit.trainers.local.contracts import Budget  # noqa: E402
+from envkit.trainers.local.explorers.eden import EdenDriver  # noqa: E402
+from envkit.trainers.local.explorers.xrpo import XrpoDriver  # noqa: E402
 from envkit.trainers.local.generation import batch_sequences, sample, score  # noqa: E402
 from envkit.trainers.local.prompt_encoding import encode_prompt  # noqa: E402
-from envkit.trainers.local.single_turn_explorers import EdenDriver, XrpoDriver  # noqa: E402
 from envkit.trainers.local.tasks import ArithmeticTask  # noqa: E402
 from envkit.trainers.local.trainer import TrainConfig  # noqa: E402
 from envkit.trainers.local.update import LossConfig, TrainBatch, update  # noqa: E402
@@ -150,14 +152,14 @@ def test_eden_rollouts_keep_clean_prompts_and_mark_noisy_rows(arith):
         max_cos=1.0,
     )
     tcfg = _cfg(explorer="eden", eden=eden)
-    driver = EdenDriver(eden, model, tok, task, tcfg.shape, None)
+    driver = EdenDriver(eden, model, tok, task, tcfg, None)
     assert len(driver.bank) == 2
     # Anchors are rows of the model's own input-embedding table.
     table = model.get_input_embeddings().weight.detach().numpy()
     assert np.allclose(driver.bank.vectors, table[driver.bank.token_ids])
     problems = task.sample(np.random.default_rng(0), 3)
     prompts = [encode_prompt(tok, p.prompt, raw=True) for p in problems]
-    out = driver.collect(1, problems, prompts, temperature=1.0, max_new_tokens=4, seed=5)
+    out = driver.collect(1, problems, prompts, Budget(3, 4), seed=5)
     assert len(out) == 3 * 4
     assert [r.noisy for r in out] == [False, False, False, True] * 3
     # The loss sees the CLEAN prompt ids: no extra position anywhere.
@@ -178,12 +180,12 @@ def test_xrpo_keeps_the_budget_and_seeds_all_fail_prompts_with_icl(arith):
     task = ArithmeticTask(digits=1)
     xrpo = XrpoConfig(n0=2, icl_backend="tfidf", chunk_size=1)
     tcfg = _cfg(explorer="xrpo", xrpo=xrpo)
-    driver = XrpoDriver(xrpo, model, tok, task, tcfg.shape, None)
+    driver = XrpoDriver(xrpo, model, tok, task, tcfg, None)
     driver.corpus.add("1+1", "1+1=", "2")
     driver.corpus.add("2+3", "2+3=", "5")
     problems = task.sample(np.random.default_rng(1), 3)
     prompts = [encode_prompt(tok, p.prompt, raw=True) for p in problems]
-    out = driver.collect(2, problems, prompts, temperature=1.0, max_new_tokens=4, seed=9)
+    out = driver.collect(2, problems, prompts, Budget(3, 4), seed=9)
     assert len(out) == 3 * 4  # same budget as GRPO
     # A random model fails everything: after phase 1 every prompt is all-fail and later rows carry ICL demos.
     assert sum(r.reward for r in out) == 0
@@ -198,7 +200,7 @@ def test_xrpo_keeps_the_budget_and_seeds_all_fail_prompts_with_icl(arith):
     assert stats["xrpo_rollouts_mean"] == 4 and stats["xrpo_phases"] >= 2
     assert sum(stats["xrpo_rollout_counts"]) == 12 and min(stats["xrpo_rollout_counts"]) >= 2
     state = driver.state_dict()
-    again = XrpoDriver(xrpo, model, tok, task, tcfg.shape, state)
+    again = XrpoDriver(xrpo, model, tok, task, tcfg, state)
     assert len(again.corpus) == 2
 
 
@@ -210,10 +212,10 @@ def test_xrpo_clean_loss_prompt_keeps_the_samples_and_trains_on_the_plain_prompt
     runs = {}
     for mode in ("augmented", "clean"):
         xrpo = XrpoConfig(n0=2, icl_backend="tfidf", chunk_size=1, icl_loss_prompt=mode)
-        driver = XrpoDriver(xrpo, model, tok, task, _cfg(explorer="xrpo", xrpo=xrpo).shape, None)
+        driver = XrpoDriver(xrpo, model, tok, task, _cfg(explorer="xrpo", xrpo=xrpo), None)
         driver.corpus.add("1+1", "1+1=", "2")
         driver.corpus.add("2+3", "2+3=", "5")
-        runs[mode] = driver.collect(2, problems, prompts, temperature=1.0, max_new_tokens=4, seed=9)
+        runs[mode] = driver.collect(2, problems, prompts, Budget(3, 4), seed=9)
     aug, clean = runs["augmented"], runs["clean"]
     assert [r.response_ids for r in aug] == [r.response_ids for r in clean]  # sampled from the same prompts
     assert [r.icl for r in aug] == [r.icl for r in clean] and sum(r.icl for r in clean) == 6

@@ -18,7 +18,9 @@ from envkit.credit.advantage_options import AdvantageOptions  # noqa: E402
 from envkit.credit.reachability import ReachConfig, reachability_weights  # noqa: E402
 from envkit.credit.sero import SeroOptions  # noqa: E402
 from envkit.runtime.models import ModelConfig  # noqa: E402
-from envkit.trainers.local.agent_batch import collect_agent_batch  # noqa: E402
+from envkit.trainers.local.agent_source import AgentSource  # noqa: E402
+from envkit.trainers.local.contracts import Budget  # noqa: E402
+from envkit.trainers.local.explorers.plain import PlainEpisodes  # noqa: E402
 from envkit.trainers.local.generation import batch_sequences, score  # noqa: E402
 from envkit.trainers.local.multi_turn import AgentConfig  # noqa: E402
 from envkit.trainers.local.prompt_encoding import encode_text  # noqa: E402
@@ -46,7 +48,9 @@ def trainer(tmp_path):
 
 def _batch(trainer, seed=5, **agent):
     cfg = _cfg(trainer.run_dir, **agent) if agent else trainer.cfg
-    return collect_agent_batch(trainer.model, trainer.tok, "envkit/Toy-v0", cfg.shape, seed=seed)
+    return AgentSource(cfg, trainer.model, trainer.tok, PlainEpisodes(cfg, trainer.model, trainer.tok)).batch(
+        0, seed=seed
+    )
 
 
 def test_oracle_rows_are_the_episode_ids_then_the_oracle_actions_with_reachability_weights(trainer):
@@ -163,7 +167,7 @@ def test_the_env_s_registered_facts_are_the_defaults_and_a_turn_cap_below_the_ro
         "envkit/WebShop-v0"
     )  # a lower root budget, set on purpose, is allowed
     cfg = TrainConfig(task="envkit/Toy-v0", agent=AgentConfig(estimator="graphgpo", sero=True))
-    assert cfg.agent.max_turns == 20 and cfg.shape.agent.max_turns == 20  # the trainer resolves it
+    assert cfg.agent.max_turns == 20 and Budget.of(cfg).group_size == cfg.group_size  # the config resolves it
 
 
 def test_envkit_train_local_with_sero_runs_and_logs_the_sero_metrics(tmp_path):
@@ -197,7 +201,7 @@ def test_sero_on_alfworld_restores_natively_and_the_oracle_finishes(tmp_path, al
     )  # fmt: skip
     trainer = LocalTrainer(cfg)
     trainer.model.eval()
-    batch, m = collect_agent_batch(trainer.model, trainer.tok, cfg.task, cfg.shape, seed=1)
+    batch, m = trainer.source.batch(0, seed=1)
     assert m["success_rate"] == 0.0 and m["sero_tried"] >= 1
     assert m["sero_native"] == m["sero_restored"] == m["sero_tried"] and m["sero_diverged"] == 0
     assert m["sero_rows"] >= 1 and len(batch) == 8 + m["sero_rows"]

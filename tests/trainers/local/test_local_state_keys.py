@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from envkit.credit.advantage_options import AdvantageOptions
-from envkit.trainers.local.agent_batch import _turn_advantages, episodes_state_key, step_table
+from envkit.trainers.local.agent_source import _turn_advantages, episodes_state_key, step_table
 from envkit.trainers.local.multi_turn import AgentConfig, Episode
 
 

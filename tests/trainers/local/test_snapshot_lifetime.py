@@ -20,7 +20,8 @@ def test_swe_layer_store_stays_bounded_over_200_episodes(swe_sandbox, file_writi
     torch = pytest.importorskip("torch")
     torch.set_num_threads(1)
     from envkit.envs.swe.layers import LayerStore
-    from envkit.trainers.local.agent_batch import collect_agent_batch
+    from envkit.trainers.local.agent_source import AgentSource
+    from envkit.trainers.local.explorers.plain import PlainEpisodes
     from envkit.trainers.local.multi_turn import AgentConfig, _envs
     from envkit.trainers.local.trainer import TrainConfig
     from envkit.trainers.sero_options import TrainerSeroOptions
@@ -45,7 +46,7 @@ def test_swe_layer_store_stays_bounded_over_200_episodes(swe_sandbox, file_writi
     first_id = int(store.new_id(), 16)
     counts, played, discarded = [], 0, 0
     for step in range(EPISODES // (TASKS * GROUP)):
-        _, m = collect_agent_batch(model, tok, "envkit/SWE-v0", cfg.shape, seed=step, step=step)
+        _, m = AgentSource(cfg, model, tok, PlainEpisodes(cfg, model, tok)).batch(step, seed=step)
         played += m["rollouts"]
         discarded += m["sero_discarded"]
         assert m["invalid_share"] == 0.0  # every action was the file-writing tool call

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -33,9 +33,14 @@ from envkit.credit.branching import BranchTree, loo_advantages
 from envkit.errors import EnvkitError
 from envkit.lifetime import discard_many
 from envkit.trainers.explorers.branch import BranchConfig, admit, worst_cost
-from envkit.trainers.local.explorer_drivers import RunShape
+from envkit.trainers.local.contracts import AgentExplorer, Budget
 from envkit.trainers.local.generation import batch_sequences
 from envkit.trainers.local.multi_turn import AgentConfig, Episode, EpisodeSpec, _envs, play_specs
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from envkit.trainers.local.config import TrainConfig
 
 __all__ = ["AgentBranchDriver", "branch_config", "decision_entropies", "fork"]
 
@@ -112,18 +117,24 @@ def _instance_scoped(env: Any) -> bool:
         return False
 
 
-class AgentBranchDriver:
-    """Branching-rollout hooks of the local trainer (see the module docstring)."""
+class AgentBranchDriver(AgentExplorer):
+    """Branching-rollout hooks of the local trainer (see the module docstring). Its budget is env steps per task
+    (`BranchConfig.resolve`), so the number of episodes per task varies (``fixed_total = False``)."""
 
-    def __init__(self, cfg: BranchConfig, shape: RunShape, state: dict[str, Any] | None = None) -> None:
-        if shape.agent.sero:
+    fixed_total = False
+
+    def __init__(
+        self, cfg: BranchConfig, model: PreTrainedModel, tok: PreTrainedTokenizerBase, run: TrainConfig,
+        state: dict[str, Any] | None = None,
+    ) -> None:  # fmt: skip
+        if run.agent.sero:
             raise ValueError("explorer 'branch' is the policy-only control to SERO: set agent.sero=False")
-        if shape.agent.max_turns is None:
+        if run.agent.max_turns is None:
             raise ValueError("explorer 'branch': agent.max_turns is None; resolve it with agent.for_env(env_id) first")
-        self.cfg, self.shape = cfg, shape
-        self.agent: AgentConfig = shape.agent
-        self.horizon: int = shape.agent.max_turns
-        self.backbones, self.budget = cfg.resolve(shape.group_size, self.horizon)
+        self.cfg, self.model, self.tok, self.run = cfg, model, tok, run
+        self.agent: AgentConfig = run.agent
+        self.horizon: int = run.agent.max_turns
+        self.backbones, self.budget = cfg.resolve(run.group_size, self.horizon)
         self._links: dict[tuple[int, int], tuple[int, int]] = {}  # (group, index) -> (parent index or -1, fork)
         self._stats: dict[str, Any] = {}
 
@@ -135,15 +146,13 @@ class AgentBranchDriver:
             ValueError: a budget below 1.
         """
         cfg = dataclasses.replace(self.cfg, budget_steps=int(budget_steps))
-        self.backbones, self.budget = cfg.resolve(self.shape.group_size, self.horizon)
+        self.backbones, self.budget = cfg.resolve(self.run.group_size, self.horizon)
         self.cfg = cfg
 
-    def collect(
-        self, model: Any, tokenizer: Any, env_id: str, seeds: list[int], *, step: int, max_new_tokens: int,
-        temperature: float, seed: int, record: bool,
-    ) -> list[Episode]:  # fmt: skip
+    def _collect(self, step: int, seeds: list[int], budget: Budget, *, seed: int) -> list[Episode]:
         """Backbones, then rounds of branches within the budget; every snapshot discarded on return."""
-        kw: dict[str, Any] = dict(max_new_tokens=max_new_tokens, temperature=temperature)
+        model, tokenizer, env_id = self.model, self.tok, self.run.task
+        kw: dict[str, Any] = dict(max_new_tokens=self.run.max_new_tokens, temperature=self.run.temperature)
         specs = [EpisodeSpec(g, j, int(s)) for g, s in enumerate(seeds) for j in range(self.backbones)]
         backbones = play_specs(model, tokenizer, env_id, specs, self.agent, seed=seed, record=True, **kw)
         try:

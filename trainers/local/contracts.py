@@ -1,0 +1,167 @@
+"""The local trainer's contracts: one step's budget, the batch source a step reads, and the two explorer types.
+
+One training step (`envkit.trainers.local.trainer.LocalTrainer.step`) reads top to bottom::
+
+    samples = source.collect(step)                          # rollouts / episodes, within the step's Budget
+    batch, metrics = source.advantages(step, samples)       # credit, the explorer's post-processing, token rows
+    stats = update(model, optimizer, batch, ...)            # envkit.trainers.local.update
+    logger.log(step, metrics | stats)
+
+A `BatchSource` is `SingleTurnSource` (prompts with verifiable answers, `envkit.trainers.local.single_turn_source`)
+or `AgentSource` (multi-turn envs, `envkit.trainers.local.agent_source`); each holds an explorer of its own type:
+
+- `SingleTurnExplorer`: ``collect(step, problems, prompts, budget, seed=) -> list[Rollout]`` and
+  ``postprocess(step, problems, rollouts) -> metrics`` (adjusts advantages and loss weights in place);
+- `AgentExplorer`: ``collect(step, seeds, budget, seed=) -> list[Episode]`` and ``postprocess(episodes,
+  turn_advantages) -> (turn_advantages, metrics)``.
+
+As torchrl's ``EnvBase.step`` validates around ``_step``, the public ``collect`` checks the budget once and the
+method's ``_collect`` implements it. Plain groups (``--explorer none``) are explorers too
+(`envkit.trainers.local.explorers.plain`), so a step has one path. Both have ``state_dict()`` (saved in
+checkpoints, passed back as ``state`` on resume). This module imports no driver: the registry that builds them is
+`envkit.trainers.local.explorers.registry`.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
+
+import numpy as np
+
+from envkit.trainers.local.multi_turn import Episode
+from envkit.trainers.local.single_turn import Rollout
+from envkit.trainers.local.tasks import Problem
+from envkit.trainers.local.update import TrainBatch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+    from envkit.trainers.local.config import TrainConfig
+
+__all__ = ["AgentExplorer", "BatchSource", "Budget", "SingleTurnExplorer", "step_seed"]
+
+SamplesT = TypeVar("SamplesT")
+
+
+def step_seed(run_seed: int, step: int) -> int:
+    """The sampling seed of one step: every step's randomness derives from (run seed, step), so a resumed run
+    continues exactly."""
+    return run_seed * 1_000_003 + step
+
+
+@dataclass(frozen=True)
+class Budget:
+    """One step's rollout budget, read from the run (`TrainConfig.prompts_per_step`, `TrainConfig.group_size`).
+
+    Attributes:
+        prompts: Prompts (single-turn) or tasks (multi-turn) of the step.
+        group_size: Rollouts or episodes per prompt (G); ``total = prompts * group_size``.
+    """
+
+    prompts: int
+    group_size: int
+
+    @classmethod
+    def of(cls, run: TrainConfig) -> Budget:
+        return cls(run.prompts_per_step, run.group_size)
+
+    @property
+    def total(self) -> int:
+        return self.prompts * self.group_size
+
+    def check(self, who: str, groups: Sequence[int], *, fixed_total: bool = True) -> None:
+        """Raise unless `groups` (each sample's prompt index) covers every prompt and, with `fixed_total`, spends
+        exactly ``total`` samples."""
+        counts = Counter(groups)
+        if set(counts) - set(range(self.prompts)):
+            raise RuntimeError(f"{who}: samples name prompts outside 0..{self.prompts - 1}: {sorted(counts)}")
+        if fixed_total and len(groups) != self.total:
+            raise RuntimeError(
+                f"{who}: collected {len(groups)} samples for a budget of {self.total} "
+                f"({self.prompts} prompts x group_size {self.group_size}); an explorer keeps the run's budget"
+            )
+
+
+class BatchSource(Protocol[SamplesT]):
+    """Where a step's training rows come from (see the module docstring)."""
+
+    run: TrainConfig
+
+    @property
+    def explorer(self) -> SingleTurnExplorer | AgentExplorer:
+        """The explorer that samples (plain groups for ``--explorer none``)."""
+        ...
+
+    def collect(self, step: int) -> SamplesT:
+        """Sample the step's rollouts or episodes within `Budget.of(run)`."""
+        ...
+
+    def advantages(self, step: int, samples: SamplesT) -> tuple[TrainBatch, dict[str, Any]]:
+        """Credit the samples and build the `TrainBatch` `update` trains on, plus the step's metrics."""
+        ...
+
+    def state_dict(self) -> dict[str, Any] | None: ...
+
+
+class SingleTurnExplorer(ABC):
+    """An explorer of single-turn groups: `collect` checks the budget, `_collect` samples (module docstring)."""
+
+    run: TrainConfig
+    model: PreTrainedModel
+    tok: PreTrainedTokenizerBase
+
+    def collect(
+        self, step: int, problems: Sequence[Problem], prompts: Sequence[list[int]], budget: Budget, *, seed: int
+    ) -> list[Rollout]:
+        """The step's verified rollouts, exactly ``budget.total`` of them."""
+        if len(prompts) != budget.prompts or len(problems) != budget.prompts:
+            raise ValueError(f"{type(self).__name__}.collect: {len(prompts)} prompts for a budget of {budget.prompts}")
+        out = self._collect(step, problems, prompts, budget, seed=seed)
+        budget.check(type(self).__name__, [r.group for r in out])
+        return out
+
+    @abstractmethod
+    def _collect(
+        self, step: int, problems: Sequence[Problem], prompts: Sequence[list[int]], budget: Budget, *, seed: int
+    ) -> list[Rollout]: ...
+
+    def postprocess(self, step: int, problems: Sequence[Problem], rollouts: list[Rollout]) -> dict[str, Any]:
+        """Adjust the rollouts' advantages and loss weights in place; returns the explorer's metrics."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any] | None:
+        return None
+
+
+class AgentExplorer(ABC):
+    """An explorer of multi-turn episodes: `collect` checks the budget, `_collect` plays (module docstring)."""
+
+    #: False where the explorer spends another budget than ``budget.total`` episodes (branch: env steps per task).
+    fixed_total: ClassVar[bool] = True
+    run: TrainConfig
+    model: PreTrainedModel
+    tok: PreTrainedTokenizerBase
+
+    def collect(self, step: int, seeds: Sequence[int], budget: Budget, *, seed: int) -> list[Episode]:
+        """The step's played episodes, grouped by task."""
+        if len(seeds) != budget.prompts:
+            raise ValueError(f"{type(self).__name__}.collect: {len(seeds)} task seeds for a budget of {budget.prompts}")
+        episodes = self._collect(step, [int(s) for s in seeds], budget, seed=seed)
+        budget.check(type(self).__name__, [e.group for e in episodes], fixed_total=self.fixed_total)
+        return episodes
+
+    @abstractmethod
+    def _collect(self, step: int, seeds: list[int], budget: Budget, *, seed: int) -> list[Episode]: ...
+
+    def postprocess(
+        self, episodes: list[Episode], turn_advantages: list[np.ndarray]
+    ) -> tuple[list[np.ndarray], dict[str, Any]]:
+        """The turn advantages after the explorer's credit (may set ``in_loss``), and its metrics."""
+        return turn_advantages, {}
+
+    def state_dict(self) -> dict[str, Any] | None:
+        return None

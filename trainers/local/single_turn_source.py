@@ -1,0 +1,84 @@
+"""Single-turn batches (``arith``, ``envkit/Math-v0``, ``envkit/Code-v0``): prompts, a group of rollouts each.
+
+`SingleTurnSource.collect` samples the step's problems (seeded by (run seed, step)) and lets its explorer
+(`SingleTurnExplorer`: plain groups, EDEN or XRPO) sample and verify the rollouts; `advantages` computes the
+group advantages under ``TrainConfig.estimator`` (`envkit.credit.advantages`), lets the explorer post-process them
+(EDEN's absorb, XRPO's sharpening) and builds the `TrainBatch`: one row per kept rollout, every response token
+carrying its rollout's advantage.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from envkit.credit.advantages import group_advantages, zero_advantage_fraction
+from envkit.trainers.local.contracts import Budget, SingleTurnExplorer, step_seed
+from envkit.trainers.local.prompt_encoding import encode_prompt
+from envkit.trainers.local.single_turn import Rollout
+from envkit.trainers.local.tasks import Problem, ProblemSource
+from envkit.trainers.local.update import TrainBatch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from envkit.trainers.local.config import TrainConfig
+
+__all__ = ["SingleTurnSamples", "SingleTurnSource"]
+
+
+@dataclass(frozen=True)
+class SingleTurnSamples:
+    """One step's problems and their verified rollouts (``rollout.group`` indexes `problems`)."""
+
+    problems: Sequence[Problem]
+    rollouts: list[Rollout]
+
+
+class SingleTurnSource:
+    """The `BatchSource` of single-turn runs (see the module docstring)."""
+
+    def __init__(
+        self, run: TrainConfig, tok: PreTrainedTokenizerBase, task: ProblemSource, explorer: SingleTurnExplorer
+    ):
+        self.run, self.tok, self.task, self.explorer = run, tok, task, explorer
+
+    def collect(self, step: int) -> SingleTurnSamples:
+        run = self.run
+        problems = self.task.sample(np.random.default_rng([run.seed, step]), run.prompts_per_step)
+        prompts = [encode_prompt(self.tok, p.prompt, raw=self.task.raw_prompts) for p in problems]
+        rollouts = self.explorer.collect(step, problems, prompts, Budget.of(run), seed=step_seed(run.seed, step))
+        return SingleTurnSamples(problems, rollouts)
+
+    def advantages(self, step: int, samples: SingleTurnSamples) -> tuple[TrainBatch, dict[str, Any]]:
+        rollouts = samples.rollouts
+        rewards = np.array([r.reward for r in rollouts], dtype=np.float64)
+        groups = np.array([r.group for r in rollouts])
+        adv = group_advantages(rewards, groups, self.run.estimator)
+        for r, a in zip(rollouts, adv.tolist(), strict=True):
+            r.advantage = a
+        metrics: dict[str, Any] = {"zero_adv_fraction": zero_advantage_fraction(adv, groups)}
+        metrics.update(self.explorer.postprocess(step, samples.problems, rollouts))
+        kept = [r for r in rollouts if r.weight > 0]
+        batch = TrainBatch(
+            prompts=[r.prompt_ids for r in kept],
+            responses=[r.response_ids for r in kept],
+            advantages=[[r.advantage] * len(r.response_ids) for r in kept],
+            loss_flags=[[1] * len(r.response_ids) for r in kept],
+            weights=[r.weight for r in kept],
+        )
+        metrics.update(
+            reward_mean=float(rewards.mean()),
+            success_rate=float((rewards >= 1.0).mean()),
+            response_length=float(np.mean([len(r.response_ids) for r in rollouts])),
+            truncated_share=float(np.mean([r.truncated for r in rollouts])),
+            rollouts=len(rollouts),
+            rows_in_loss=len(kept),
+        )
+        return batch, metrics
+
+    def state_dict(self) -> dict[str, Any] | None:
+        return self.explorer.state_dict()
