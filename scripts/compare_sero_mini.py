@@ -20,7 +20,7 @@ another arm is one more entry:
                              cumulative env steps follow the SERO run's of the same seed (policy + oracle steps,
                              measured by counting every MiniShop env step in the process); the JSON records both
     GraphGPO + branching     the policy-only control (issue 26, ``--explorer branch``,
-                             `envkit.trainers.local.agent_branch`): backbone episodes, forks at the policy's
+                             `envkit.trainers.local.explorers.branch`): backbone episodes, forks at the policy's
                              highest-entropy decisions restored from native snapshots, leave-one-out sibling
                              credit added to GraphGPO's; its per-task env-step budget is set each step
                              (`AgentBranchDriver.set_budget`) so that its cumulative env steps follow the SERO run's
@@ -82,7 +82,6 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 import torch
 import tyro
-from envkit.trainers.local.agent_branch import AgentBranchDriver
 
 from envkit.core import Step
 from envkit.envs.minishop.env import MiniShopEnv
@@ -92,6 +91,7 @@ from envkit.registration import env_facts, make
 from envkit.runtime.models import ModelConfig, load_model
 from envkit.trainers.explorers.branch import BranchConfig
 from envkit.trainers.local.agent_bc import bc_warmup, demo_rows, demo_words
+from envkit.trainers.local.explorers.branch import AgentBranchDriver
 from envkit.trainers.local.generation import batch_sequences, score
 from envkit.trainers.local.multi_turn import AgentConfig, play
 from envkit.trainers.local.trainer import LocalTrainer, TrainConfig

@@ -1,6 +1,6 @@
 """Branching rollouts (BPO-style, docs/methods.md section 8): settings, the env-step budget, branch-point choice.
 
-Backend-agnostic (numpy only), shared by the local trainer (`envkit.trainers.local.agent_branch`) and the OpenRLHF
+Backend-agnostic (numpy only), shared by the local trainer (`envkit.trainers.local.explorers.branch`) and the OpenRLHF
 backend. Per task, one training step:
 
 1. play ``backbones`` episodes with a snapshot before every step;

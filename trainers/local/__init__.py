@@ -1,7 +1,12 @@
-"""The single-process transformers trainer (``envkit-train local``): `trainer` runs `trainer.TrainConfig`.
+"""The single-process transformers trainer (``envkit-train local``): `trainer.LocalTrainer` runs `config.TrainConfig`.
 
-Single-turn rollouts and explorers: `single_turn`, `single_turn_explorers`, `generation`, `tasks`, `word_tasks`,
-`prompt_encoding`, `warmup`; multi-turn agents: `multi_turn` (play), `agent_batch` (credit and rows), `agent_eden`,
-`agent_xrpo`, `agent_bc`, `turn_cache`, `shared_prefix`, `sero` (SERO continuations); the explorer contracts:
-`explorer_drivers`; the update and bookkeeping: `update`, `checkpoint`, `metrics`, `preflight`.
+One step (`trainer.LocalTrainer.step`): ``source.collect`` -> ``source.advantages`` -> `update` -> log, where the
+batch source (`contracts.BatchSource`) is `single_turn_source.SingleTurnSource` or `agent_source.AgentSource`.
+
+Contracts: `contracts` (`BatchSource`, `SingleTurnExplorer`, `AgentExplorer`, `Budget`; imports no driver), `config`
+(`TrainConfig`, the owner of the run's sizes); explorers, one module per method: `explorers.plain`,
+`explorers.eden`, `explorers.xrpo`, `explorers.branch`, built by `explorers.registry`; single-turn rollouts:
+`single_turn`, `generation`, `tasks`, `task_specs`, `word_tasks`, `prompt_encoding`, `warmup`; multi-turn agents:
+`multi_turn` (play), `episode_steps` (step rows), `agent_bc`, `turn_cache`, `shared_prefix`, `sero` (SERO
+continuations), `probe`; the update and bookkeeping: `update`, `checkpoint`, `metrics`, `preflight`.
 """

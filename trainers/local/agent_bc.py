@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -23,6 +23,9 @@ from envkit.registration import make
 from envkit.trainers.local.generation import batch_sequences, score
 from envkit.trainers.local.multi_turn import continuation_ids
 from envkit.trainers.local.prompt_encoding import encode_prompt, encode_text
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 def oracle_demos(env_id: str, seeds: Sequence[int], max_steps: int) -> list[tuple[str, tuple[Step, ...]]]:
@@ -48,7 +51,9 @@ def demo_words(demos: Sequence[tuple[str, Sequence[Step]]]) -> set[str]:
     return words
 
 
-def demo_rows(tokenizer: Any, demos: Sequence[tuple[str, Sequence[Step]]], max_tokens: int) -> list[tuple]:
+def demo_rows(
+    tokenizer: PreTrainedTokenizerBase, demos: Sequence[tuple[str, Sequence[Step]]], max_tokens: int
+) -> list[tuple]:
     """(prompt ids, response ids, loss flags) per demo, as `envkit.trainers.local.multi_turn.play` would build them; demos
     longer than `max_tokens` are cut after their last whole action that fits."""
     eos = [tokenizer.eos_token_id]
@@ -73,7 +78,14 @@ def demo_rows(tokenizer: Any, demos: Sequence[tuple[str, Sequence[Step]]], max_t
 
 
 def bc_warmup(
-    model: Any, tokenizer: Any, rows: Sequence[tuple], *, steps: int, batch: int = 8, lr: float = 3e-3, seed: int = 0
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    rows: Sequence[tuple],
+    *,
+    steps: int,
+    batch: int = 8,
+    lr: float = 3e-3,
+    seed: int = 0,
 ) -> list[float]:
     """`steps` AdamW steps of teacher forcing on the action tokens of `rows`; returns the loss per step."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)

@@ -20,12 +20,15 @@ import json
 import re
 import shutil
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
 
 from envkit.errors import EnvkitError
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 STATE_JSON, STATE_TENSORS, LEGACY_STATE = "trainer_state.json", "trainer_state.tensors", "trainer_state.pt"
 _STEP_NAME = re.compile(r"step_\d{6,}")
@@ -91,7 +94,12 @@ def checkpoint_dir(run_dir: Path | str) -> Path:
 
 
 def save_checkpoint(
-    run_dir: Path | str, step: int, model: Any, tokenizer: Any, state: dict[str, Any], keep: int = 1
+    run_dir: Path | str,
+    step: int,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    state: dict[str, Any],
+    keep: int = 1,
 ) -> Path:
     """Write a checkpoint atomically (temporary folder, then rename), update ``latest``, keep the newest `keep`."""
     if keep < 1:
@@ -190,7 +198,7 @@ def load_state(ckpt: Path) -> dict[str, Any]:
     return state
 
 
-def load_weights(model: Any, ckpt: Path) -> None:
+def load_weights(model: PreTrainedModel, ckpt: Path) -> None:
     """Load a checkpoint's weights into an already built model of the same architecture."""
     from safetensors.torch import load_file
 

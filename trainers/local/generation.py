@@ -20,13 +20,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from transformers import GenerationConfig, LogitsProcessor, LogitsProcessorList
 
 from envkit.runtime.hf_cache import with_cache
 from envkit.trainers.local.shared_prefix import distinct, left_padded, prompt_pass
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 class RowTemperature(LogitsProcessor):
@@ -82,8 +85,8 @@ class Samples:
 
 @torch.no_grad()
 def sample(
-    model: Any,
-    tokenizer: Any,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
     prompts: Sequence[Sequence[int]],
     temperatures: Sequence[float],
     *,
@@ -138,16 +141,16 @@ def sample(
                 ids[i, -2:] = torch.tensor([pad, int(last[i])])
                 mask[i, -2] = 0
                 embeds[i, -2:] = model.get_input_embeddings()(ids[i, -2:].to(device))
-        out = model.generate(inputs_embeds=embeds, attention_mask=mask.to(device), **kw)
+        out = model.generate(inputs_embeds=embeds, attention_mask=mask.to(device), **kw)  # type: ignore[operator]  # transformers types generate on GenerationMixin, not PreTrainedModel
         new = out  # from embeddings, generate returns only the new tokens
     else:
-        out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kw)
+        out = model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), **kw)  # type: ignore[operator]  # transformers types generate on GenerationMixin, not PreTrainedModel
         new = out[:, width:]
     return collect_samples(new, {eos, *stop_ids}, recorder)
 
 
 def sampling_setup(
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     temperatures: Sequence[float],
     max_new_tokens: int,
     stop_ids: Sequence[int],
@@ -186,7 +189,9 @@ def collect_samples(new: torch.Tensor, stops: set[int], recorder: LogprobRecorde
     return Samples(tokens=tokens, truncated=truncated, logprobs=logprobs)
 
 
-def _prefix_cache(model: Any, prompts: Sequence[Sequence[int]], ids: torch.Tensor, mask: torch.Tensor) -> Any:
+def _prefix_cache(
+    model: PreTrainedModel, prompts: Sequence[Sequence[int]], ids: torch.Tensor, mask: torch.Tensor
+) -> Any:
     """KV cache of `ids` (the prompts minus their last token) with one prefill per distinct prompt, gathered per
     row. None (generate prefills every row itself) when prompts repeat less than twice on average, where the
     extra forward call costs more than it saves, or when some prompt has a single token (its prefix would be all
@@ -243,7 +248,9 @@ def batch_sequences(
     return ids.to(device), attn.to(device), target.to(device)
 
 
-def score(model: Any, ids: torch.Tensor, attn: torch.Tensor, target: torch.Tensor, with_entropy: bool = True) -> Scored:
+def score(
+    model: PreTrainedModel, ids: torch.Tensor, attn: torch.Tensor, target: torch.Tensor, with_entropy: bool = True
+) -> Scored:
     """Log-probs (and entropies) of the target tokens; gradients flow when called outside `no_grad`."""
     from envkit.trainers.losses import token_entropy
 

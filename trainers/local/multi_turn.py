@@ -1,4 +1,4 @@
-"""Multi-turn (agent env) rollouts for the local trainer, token-in/token-out (credit: `envkit.trainers.local.agent_batch`).
+"""Multi-turn (agent env) rollouts for the local trainer, token-in/token-out (credit: `envkit.trainers.local.agent_source`).
 
 Each episode keeps ONE growing list of token ids: the encoded first prompt, then for every turn the sampled
 action ids exactly as generated, then the ids of only the NEW text that follows (the turn separator of the
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from envkit.core import Step, Trajectory, env_success, jsonable
 from envkit.credit.advantage_options import AdvantageOptions
@@ -28,6 +28,9 @@ from envkit.trainers.local.generation import sample
 from envkit.trainers.local.prompt_encoding import decode, encode_prompt, encode_text
 from envkit.trainers.local.turn_cache import TurnCache
 from envkit.trainers.sero_options import TrainerSeroOptions
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True)
@@ -102,7 +105,7 @@ class AgentConfig:
         return dataclasses.replace(self, max_turns=turns, adv=adv, sero_opts=opts)
 
 
-def turn_suffix_text(tokenizer: Any, observation: str, raw: bool) -> tuple[str, str]:
+def turn_suffix_text(tokenizer: PreTrainedTokenizerBase, observation: str, raw: bool) -> tuple[str, str]:
     """(closing text after an assistant turn, text that opens the next user turn + generation prompt).
 
     Derived by rendering the chat template with a marker answer, so it works for any template.
@@ -111,15 +114,19 @@ def turn_suffix_text(tokenizer: Any, observation: str, raw: bool) -> tuple[str, 
         return "\n", observation + "\n"
     marker = "\x00MARK\x00"
     msgs = [{"role": "user", "content": "q"}, {"role": "assistant", "content": marker}]
-    two = tokenizer.apply_chat_template(msgs, tokenize=False)
-    three = tokenizer.apply_chat_template(
-        [*msgs, {"role": "user", "content": observation}], tokenize=False, add_generation_prompt=True
+    two = str(tokenizer.apply_chat_template(msgs, tokenize=False))  # tokenize=False: the rendered text
+    three = str(
+        tokenizer.apply_chat_template(
+            [*msgs, {"role": "user", "content": observation}], tokenize=False, add_generation_prompt=True
+        )
     )
     closing = two[two.index(marker) + len(marker) :]
     return closing, three[len(two) :]
 
 
-def continuation_ids(tokenizer: Any, action_ids: list[int], observation: str, raw: bool) -> list[int]:
+def continuation_ids(
+    tokenizer: PreTrainedTokenizerBase, action_ids: list[int], observation: str, raw: bool
+) -> list[int]:
     """Ids of the text that follows a sampled action (template closing, next observation, generation prompt).
 
     When the action ended with EOS and the template's closing text starts with EOS's text, that part is already
@@ -228,8 +235,8 @@ class EpisodeSpec:
 
 
 def play(
-    model: Any,
-    tokenizer: Any,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
     env_id: str,
     seeds: list[int],
     group_size: int,
@@ -254,8 +261,8 @@ def play(
 
 
 def play_specs(
-    model: Any,
-    tokenizer: Any,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
     env_id: str,
     specs: list[EpisodeSpec],
     cfg: AgentConfig,
@@ -272,7 +279,7 @@ def play_specs(
     episodes played earlier in the same step keep theirs (SERO restores into them). With EDEN's first-turn rows
     every turn re-prefills the token context (no turn cache: later turns must not see the noise position).
     `started`: one episode per spec already under way in its own env (a branch restored from a snapshot,
-    `envkit.trainers.local.agent_branch`); they are played on from their context instead of reset, each until
+    `envkit.trainers.local.explorers.branch`); they are played on from their context instead of reset, each until
     `cfg.max_turns` actions in all."""
     if cfg.max_turns is None:
         raise ValueError("play: agent.max_turns is None; resolve the settings with cfg.for_env(env_id) first")

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -28,6 +28,9 @@ import torch
 from envkit.trainers.local.agent_bc import demo_rows, oracle_demos
 from envkit.trainers.local.prompt_encoding import encode_prompt, encode_text
 from envkit.trainers.local.shared_prefix import response_logits
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 __all__ = ["ProbePair", "oracle_path_pairs", "probe"]
 
@@ -49,7 +52,12 @@ class ProbePair:
 
 
 def probe(
-    model: Any, tokenizer: Any, pairs: Sequence[ProbePair], *, system: str | None = None, chunk: int = 8
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    pairs: Sequence[ProbePair],
+    *,
+    system: str | None = None,
+    chunk: int = 8,
 ) -> dict[str, float]:
     """Mean p(correct action) over `pairs` (and over the ``last`` ones); `chunk` pairs per forward.
 
@@ -86,7 +94,7 @@ def probe(
 
 
 def oracle_path_pairs(
-    tokenizer: Any, env_id: str, seeds: Sequence[int], max_steps: int, *, max_tokens: int = 4096
+    tokenizer: PreTrainedTokenizerBase, env_id: str, seeds: Sequence[int], max_steps: int, *, max_tokens: int = 4096
 ) -> list[ProbePair]:
     """Every (state on the oracle's path, oracle action) of the seeds the oracle solves, with the policy's context.
 

@@ -7,16 +7,24 @@ works on those ids and never re-tokenises them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
-def encode_text(tokenizer: Any, text: str) -> list[int]:
+def encode_text(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     """Token ids of `text` without special tokens."""
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def encode_prompt(
-    tokenizer: Any, text: str, *, raw: bool, demos: Sequence[tuple[str, str]] = (), system: str | None = None
+    tokenizer: PreTrainedTokenizerBase,
+    text: str,
+    *,
+    raw: bool,
+    demos: Sequence[tuple[str, str]] = (),
+    system: str | None = None,
 ) -> list[int]:
     """Token ids of a prompt.
 
@@ -39,9 +47,9 @@ def encode_prompt(
         messages += [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}]
     messages.append({"role": "user", "content": text})
     rendered = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return encode_text(tokenizer, rendered)
+    return encode_text(tokenizer, str(rendered))  # tokenize=False: the rendered text
 
 
-def decode(tokenizer: Any, ids: Sequence[int]) -> str:
+def decode(tokenizer: PreTrainedTokenizerBase, ids: Sequence[int]) -> str:
     """Response text without special tokens."""
     return str(tokenizer.decode(list(ids), skip_special_tokens=True))

@@ -27,7 +27,7 @@ at ``w_min``, the first oracle action's mean l_j, advantage mass of policy vs or
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -41,6 +41,9 @@ from envkit.trainers.local.episode_steps import step_table
 from envkit.trainers.local.multi_turn import AgentConfig, Episode, continuation_ids
 from envkit.trainers.local.prompt_encoding import encode_text
 from envkit.trainers.local.shared_prefix import response_logits
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 @dataclass
@@ -72,7 +75,9 @@ class SeroResult:
     metrics: dict[str, float]
 
 
-def sero_credit(model: Any, tokenizer: Any, env_id: str, episodes: list[Episode], cfg: AgentConfig) -> SeroResult:
+def sero_credit(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, env_id: str, episodes: list[Episode], cfg: AgentConfig
+) -> SeroResult:
     """Roots, continuations, credit and oracle rows of one step's episodes (see the module docstring)."""
     if cfg.max_turns is None:
         raise ValueError("sero_credit: agent.max_turns is None; resolve the settings with cfg.for_env(env_id) first")
@@ -159,7 +164,7 @@ def episode_credit(
     return sero_advantages(step_table(episodes, cfg, kind), rescues, cfg.adv, cfg.sero_opts)
 
 
-def _oracle_row(tokenizer: Any, e: Episode, outcome: Any) -> OracleRow:
+def _oracle_row(tokenizer: PreTrainedTokenizerBase, e: Episode, outcome: Any) -> OracleRow:
     """The episode's ids up to the root (flag 0), then the oracle's actions (flag 1) and observations (flag 0);
     advantages 0 until `sero_credit` fills in each action's weighted credit."""
     t = outcome.root.t
@@ -186,7 +191,9 @@ def _oracle_row(tokenizer: Any, e: Episode, outcome: Any) -> OracleRow:
     return OracleRow(e.group, list(e.train_prompt_ids), response, advs, flags, spans)
 
 
-def _logliks(model: Any, tokenizer: Any, rows: list[OracleRow], chunk: int = 4) -> list[list[float]]:
+def _logliks(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, rows: list[OracleRow], chunk: int = 4
+) -> list[list[float]]:
     """l_j of every oracle row: the policy's mean token log-prob of each oracle action, from no-grad forwards
     (`chunk` rows at a time: long agent rows times a real vocabulary make large logits)."""
     logps: list[Any] = []

@@ -26,11 +26,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from envkit.runtime.hf_cache import output_cache, with_cache
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 @dataclass(frozen=True)
@@ -66,7 +69,9 @@ def left_padded(rows: Sequence[Sequence[int]], width: int, pad: int) -> tuple[to
     return ids, mask
 
 
-def prompt_pass(model: Any, ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, Any]:
+def prompt_pass(
+    model: PreTrainedModel, ids: torch.Tensor, mask: torch.Tensor, rows: torch.Tensor
+) -> tuple[torch.Tensor, Any]:
     """One forward over distinct left-padded prompts [U, W] that keeps the KV cache.
 
     Returns the logits of each prompt's last position [U, V] and the cache gathered per row (`rows` [B]: each
@@ -87,7 +92,7 @@ def distinct(prompts: Sequence[Sequence[int]]) -> tuple[list[tuple[int, ...]], l
 
 
 def response_logits(
-    model: Any,
+    model: PreTrainedModel,
     prompts: Sequence[Sequence[int]],
     responses: Sequence[Sequence[int]],
     pad: int,

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envkit.trainers.local.generation import sample
 from envkit.trainers.local.prompt_encoding import decode
 from envkit.trainers.local.tasks import Problem, ProblemSource
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
 @dataclass
@@ -55,8 +58,8 @@ class Rollout:
 
 
 def generate_rows(
-    model: Any,
-    tokenizer: Any,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
     rows: Sequence[tuple[int, list[int]]],
     temperatures: Sequence[float],
     *,
@@ -97,8 +100,8 @@ def verify(task: ProblemSource, problems: Sequence[Problem], rollouts: Sequence[
 
 
 def collect_plain(
-    model: Any,
-    tokenizer: Any,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
     task: ProblemSource,
     problems: Sequence[Problem],
     prompts: Sequence[list[int]],

@@ -46,11 +46,17 @@ class SingleTurnSource:
     ):
         self.run, self.tok, self.task, self.explorer = run, tok, task, explorer
 
-    def collect(self, step: int) -> SingleTurnSamples:
+    def collect(self, step: int, seed: int | None = None) -> SingleTurnSamples:
+        """The step's problems (drawn from (run seed, step)) and their rollouts within `Budget.of(run)`.
+
+        Args:
+            seed: The step's sampling seed (None: `step_seed(run.seed, step)`, as the trainer does).
+        """
         run = self.run
+        seed = step_seed(run.seed, step) if seed is None else seed
         problems = self.task.sample(np.random.default_rng([run.seed, step]), run.prompts_per_step)
         prompts = [encode_prompt(self.tok, p.prompt, raw=self.task.raw_prompts) for p in problems]
-        rollouts = self.explorer.collect(step, problems, prompts, Budget.of(run), seed=step_seed(run.seed, step))
+        rollouts = self.explorer.collect(step, problems, prompts, Budget.of(run), seed=seed)
         return SingleTurnSamples(problems, rollouts)
 
     def advantages(self, step: int, samples: SingleTurnSamples) -> tuple[TrainBatch, dict[str, Any]]:
@@ -79,6 +85,10 @@ class SingleTurnSource:
             rows_in_loss=len(kept),
         )
         return batch, metrics
+
+    def batch(self, step: int, seed: int | None = None) -> tuple[TrainBatch, dict[str, Any]]:
+        """`collect` then `advantages`: one step's `TrainBatch` and metrics (tests, scripts)."""
+        return self.advantages(step, self.collect(step, seed))
 
     def state_dict(self) -> dict[str, Any] | None:
         return self.explorer.state_dict()

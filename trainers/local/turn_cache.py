@@ -28,7 +28,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -36,11 +36,14 @@ from envkit.runtime.hf_cache import output_cache, with_cache
 from envkit.trainers.local.generation import Samples, collect_samples, sampling_setup
 from envkit.trainers.local.shared_prefix import left_padded
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
 
 class TurnCache:
     """The batched KV cache of a set of live episodes (see the module docstring)."""
 
-    def __init__(self, model: Any, tokenizer: Any) -> None:
+    def __init__(self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> None:
         self.model, self.tok = model, tokenizer
         self.device = next(model.parameters()).device
         self.cache: Any = None
@@ -111,7 +114,7 @@ class TurnCache:
         )
         if self.cache is not None:
             kw.update(with_cache(self.model, self.cache))
-        out = self.model.generate(input_ids=ids, attention_mask=mask, **kw)
+        out = self.model.generate(input_ids=ids, attention_mask=mask, **kw)  # type: ignore[operator]  # transformers types generate on GenerationMixin, not PreTrainedModel
         new = out.sequences[:, ids.shape[1] :]
         samples = collect_samples(new, {self.tok.eos_token_id, *stop_ids}, recorder)
         tokens = samples.tokens

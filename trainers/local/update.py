@@ -12,12 +12,15 @@ when it is computed in micro-batches. Each micro-batch computes its distinct pro
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from envkit.trainers.local.shared_prefix import ResponseLogits, response_logits
 from envkit.trainers.losses import aggregate, combine_loss, kl_penalty, policy_loss, token_entropy
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel
 
 
 @dataclass
@@ -112,7 +115,7 @@ def _micro_batches(batch: TrainBatch, size: int, max_tokens: int) -> list[list[i
     return out
 
 
-def _forward(model: Any, batch: TrainBatch, rows: list[int], pad: int) -> ResponseLogits:
+def _forward(model: PreTrainedModel, batch: TrainBatch, rows: list[int], pad: int) -> ResponseLogits:
     return response_logits(
         model,
         [batch.prompts[i] for i in rows],
@@ -134,7 +137,12 @@ def _row_tensors(batch: TrainBatch, rows: list[int], like: torch.Tensor) -> tupl
 
 
 def update(
-    model: Any, optimizer: Any, batch: TrainBatch, cfg: LossConfig, pad: int, ref_model: Any | None = None
+    model: PreTrainedModel,
+    optimizer: Any,
+    batch: TrainBatch,
+    cfg: LossConfig,
+    pad: int,
+    ref_model: PreTrainedModel | None = None,
 ) -> dict[str, float]:
     """Run `cfg.ppo_epochs` optimizer steps on `batch`; returns loss statistics (means over the batch)."""
     rows = _micro_batches(batch, cfg.micro_batch, cfg.micro_batch_tokens)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import torch
@@ -19,10 +19,13 @@ from envkit.trainers.local.generation import batch_sequences, score
 from envkit.trainers.local.prompt_encoding import encode_prompt, encode_text
 from envkit.trainers.local.tasks import ProblemSource
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
 
 def sft_warmup(
-    model: Any,
-    tokenizer: Any,
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
     task: ProblemSource,
     *,
     steps: int,

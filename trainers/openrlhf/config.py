@@ -5,7 +5,7 @@ environment variable `CONFIG_ENV` (set through Ray's ``runtime_env``), so the wo
 the same options without any file on a shared disk.
 
 Example:
-    >>> cfg = BackendConfig(explorer="xrpo", n_samples_per_prompt=16, xrpo=XrpoConfig(group_size=16, lam=0.05))
+    >>> cfg = BackendConfig(explorer="xrpo", n_samples_per_prompt=16, xrpo=XrpoConfig(lam=0.05))
     >>> BackendConfig.from_json(cfg.to_json()) == cfg
     True
     >>> BackendConfig(explorer="xrpo", n_samples_per_prompt=6).xrpo_config().n0  # sized to the run: min(4, n)
@@ -76,11 +76,11 @@ class BackendConfig:
         adv: Advantage options.
         sero_opts: SERO options (`OpenRLHFSeroOptions`; ``sero_opts.oracle_max_steps`` is the continuation
             budget without --max-turns; a plain `SeroOptions` gets this backend's defaults).
-        eden: EDEN settings (None: `EdenConfig`'s defaults sized to the run: group_size = n_samples_per_prompt,
-            n_noisy = a quarter of it, n_anchors = the bank's size). A given config's group_size must be
-            n_samples_per_prompt; n_anchors is unused here (the bank is given).
-        xrpo: XRPO settings (None: `XrpoConfig`'s defaults sized to the run: group_size = n_samples_per_prompt,
-            n0 = min(4, n)). A given config's group_size must be n_samples_per_prompt.
+        eden: EDEN settings (None: `EdenConfig`'s defaults sized to the run: n_noisy = a quarter of
+            n_samples_per_prompt, n_anchors = the bank's size). The group (standard + noisy) is the run's
+            n_samples_per_prompt (EdenConfig has no group size); n_anchors is unused here (the bank is given).
+        xrpo: XRPO settings (None: `XrpoConfig`'s defaults sized to the run: n0 = min(4, n)). XRPO spends the
+            run's per-prompt budget n = n_samples_per_prompt (XrpoConfig has no group size).
         eden_bank: EDEN anchor bank .npz (written by ``envkit.trainers.explorers.anchors.AnchorBank.save``); its token ids
             fill ``eden_anchors``.
         eden_anchors: Token ids of EDEN's anchor bank, comma-separated (or from ``eden_bank``); the engines read
@@ -151,12 +151,7 @@ class BackendConfig:
                     "envkit.trainers.explorers.anchors.AnchorBank.save) or --eden-anchors ID,ID,... (token ids)"
                 )
             ecfg = self.eden_config()
-            if ecfg.group_size != self.n_samples_per_prompt:
-                raise ValueError(
-                    f"--eden.group-size {ecfg.group_size} differs from --rollout.n_samples_per_prompt "
-                    f"{self.n_samples_per_prompt}: the group (standard + noisy) is the per-prompt budget; drop "
-                    "--eden.group-size (it defaults to n_samples_per_prompt)"
-                )
+            ecfg.n_standard(self.n_samples_per_prompt)  # the group (standard + noisy) is the per-prompt budget
             if ecfg.ablation == "no_anchor":
                 raise ValueError(
                     "--eden.ablation no_anchor is not available on the OpenRLHF backend (its engines build noisy "
@@ -190,16 +185,16 @@ class BackendConfig:
 
     # ----- explorer configs -----------------------------------------------------------------------------------
     def sized_eden(self) -> EdenConfig:
-        """`EdenConfig`'s defaults sized to this run: ``group_size`` = n_samples_per_prompt, ``n_noisy`` = a
-        quarter of it (the paper's 4 of 16), ``n_anchors`` = the bank's size."""
+        """`EdenConfig`'s defaults sized to this run: ``n_noisy`` = a quarter of n_samples_per_prompt (the
+        paper's 4 of 16), ``n_anchors`` = the bank's size."""
         n = self.n_samples_per_prompt
-        return EdenConfig(group_size=n, n_noisy=max(1, n // 4), n_anchors=max(len(self.eden_anchors), 1))
+        return EdenConfig(n_noisy=max(1, n // 4), n_anchors=max(len(self.eden_anchors), 1))
 
     def sized_xrpo(self) -> XrpoConfig:
-        """`XrpoConfig`'s defaults sized to this run: ``group_size`` = n_samples_per_prompt (so the step's total
-        stays ``batch x n``), ``n0`` = min(4, n)."""
+        """`XrpoConfig`'s defaults sized to this run (the step's total stays ``batch x n``, n =
+        n_samples_per_prompt): ``n0`` = min(4, n)."""
         n = self.n_samples_per_prompt
-        return XrpoConfig(group_size=n, n0=min(4, n))
+        return XrpoConfig(n0=min(4, n))
 
     def eden_config(self) -> EdenConfig:
         """The run's `EdenConfig`: ``eden``, else `sized_eden`."""
@@ -209,15 +204,11 @@ class BackendConfig:
         """The run's `XrpoConfig`: ``xrpo``, else `sized_xrpo`.
 
         Raises:
-            ValueError: its group_size is not n_samples_per_prompt, or it asks for what only the local trainer does.
+            ValueError: it does not fit n_samples_per_prompt (`XrpoConfig.check_group`), or it asks for what only
+                the local trainer does.
         """
         cfg = self.xrpo if self.xrpo is not None else self.sized_xrpo()
-        if cfg.group_size != self.n_samples_per_prompt:
-            raise ValueError(
-                f"--xrpo.group-size {cfg.group_size} differs from --rollout.n_samples_per_prompt "
-                f"{self.n_samples_per_prompt}: XRPO spends the per-prompt budget n; drop --xrpo.group-size (it "
-                "defaults to n_samples_per_prompt)"
-            )
+        cfg.check_group(self.n_samples_per_prompt)  # XRPO spends the run's per-prompt budget n
         if cfg.icl_loss_prompt != "augmented":
             raise ValueError(
                 "--xrpo.icl-loss-prompt clean is implemented in the local trainer only (envkit-train local); on "

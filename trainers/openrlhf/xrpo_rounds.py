@@ -65,7 +65,7 @@ class XrpoRounds:
         from envkit.trainers.explorers.xrpo import XrpoPlanner, icl_prompts
 
         n_prompts = len(prompts)
-        planner = XrpoPlanner(self.xcfg, n_prompts, step)
+        planner = XrpoPlanner(self.xcfg, n_prompts, step, group_size=self.config.n_samples_per_prompt)
         groups = [gen.new_group() for _ in prompts]
         ids = [str(label) if label not in (None, "") else prompt for prompt, label in zip(prompts, labels)]
         per_prompt: list[list[dict]] = [[] for _ in prompts]

@@ -60,7 +60,7 @@ def _kept_rows(trainer: LocalTrainer, step: int, seed: int) -> list:
 def test_kept_rows_carry_their_own_advantage_and_dropped_rows_leave_the_batch(tmp_path):
     trainer = _trainer(tmp_path, sft_steps=40, sft_batch=16)  # a short warm-up, so some groups have successes
     step, seed = 1, 11
-    batch, metrics = trainer._single_turn_batch(step, seed)
+    batch, metrics = trainer.source.batch(step, seed)
     # Re-collect the same rollouts to see every row.
     prompts, rolls, raw = _collect(trainer, step, seed)
     kept = [(r, a) for r, a in zip(rolls, raw, strict=True) if r.weight > 0]
@@ -77,7 +77,7 @@ def test_kept_rows_carry_their_own_advantage_and_dropped_rows_leave_the_batch(tm
 
 def test_first_epoch_ratio_is_one_for_clean_and_noisy_rows(tmp_path, monkeypatch):
     trainer = _trainer(tmp_path, loss=LossConfig(ppo_epochs=2))
-    batch, _ = trainer._single_turn_batch(1, 11)
+    batch, _ = trainer.source.batch(1, 11)
     assert any(r.noisy for r in _kept_rows(trainer, 1, 11))
     # An untrained model rarely succeeds (all-zero advantages would not move it): give the rows +-1 so the
     # second epoch differs; the first epoch's ratio does not depend on the advantages.

@@ -81,4 +81,4 @@ def test_an_old_eden_group_size_flag_fails_with_a_clear_error():
     cmd = [sys.executable, "-m", "envkit.trainers.cli", "local", "--eden.group-size", "8", "--steps", "0"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
-    assert "--eden.group-size" in proc.stderr and "Unrecognized" in proc.stderr.replace("unrecognized", "Unrecognized")
+    assert "No such option: --eden.group-size (did you mean --group-size?)" in proc.stdout + proc.stderr

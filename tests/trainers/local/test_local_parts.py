@@ -247,7 +247,7 @@ def test_eden_training_batch_scores_every_row_under_its_clean_prompt(tmp_path):
         progress=False,
     )
     trainer = LocalTrainer(cfg)
-    batch, metrics = trainer._single_turn_batch(1, seed=11)
+    batch, metrics = trainer.source.batch(1, seed=11)
     problems = trainer.task.sample(np.random.default_rng([cfg.seed, 1]), cfg.prompts_per_step)
     clean = {tuple(encode_prompt(trainer.tok, p.prompt, raw=True)) for p in problems}
     assert {tuple(p) for p in batch.prompts} <= clean

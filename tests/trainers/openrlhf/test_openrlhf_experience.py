@@ -197,7 +197,7 @@ def test_eden_absorb_matches_trainer_core_and_drops_by_mask(strategy_factory):
     cfg = BackendConfig(
         explorer="eden",
         n_samples_per_prompt=N_PER,
-        eden=EdenConfig(group_size=N_PER, n_noisy=2, top_p=0.5, gamma=0.5),
+        eden=EdenConfig(n_noisy=2, top_p=0.5, gamma=0.5),
         eden_anchors=(7,),
     )
     want = eden_advantages(rewards, groups, noisy, cfg.eden_config())

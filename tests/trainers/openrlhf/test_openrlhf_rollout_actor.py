@@ -165,7 +165,7 @@ def test_eden_plan_shares_one_anchor_per_prompt():
         explorer="eden",
         n_samples_per_prompt=8,
         eden_anchors=(11, 22, 33),
-        eden=EdenConfig(group_size=8, n_noisy=2, warmup_steps=10),
+        eden=EdenConfig(n_noisy=2, warmup_steps=10),
     )
     rng = np.random.default_rng(0)
     plans = [eden_specs(f"p{i}", 8, cfg, step=0, rng=rng) for i in range(20)]

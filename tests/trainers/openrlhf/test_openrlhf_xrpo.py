@@ -72,7 +72,7 @@ def test_phased_rollouts_keep_budget_and_seed_all_fail_prompts(tokenizer):
 
     cfg = BackendConfig(
         explorer="xrpo", env_id="envkit/Toy-v0", n_samples_per_prompt=6, max_turns=3,
-        xrpo=XrpoConfig(group_size=6, n0=2, icl_backend="tfidf"),
+        xrpo=XrpoConfig(n0=2, icl_backend="tfidf"),
     )  # fmt: skip
     rounds = XrpoRounds(cfg)
     rounds.corpus.add("other", "You are at cell 0 of 4. The goal is cell 1.", "right")
@@ -136,7 +136,7 @@ def test_variable_groups_and_sharpening_equal_trainer_core(strategy_factory):
     exps = [Experience.concat_experiences(rows[i : i + 3], 0) for i in range(0, 12, 3)]
     s = [float(e.action_log_probs[b][e.action_mask[b]].mean()) for e in exps for b in range(3)]
     strategy = strategy_factory(4)
-    cfg = BackendConfig(explorer="xrpo", n_samples_per_prompt=4, xrpo=XrpoConfig(group_size=4, lambda_n=2.5, kappa=0.5))
+    cfg = BackendConfig(explorer="xrpo", n_samples_per_prompt=4, xrpo=XrpoConfig(lambda_n=2.5, kappa=0.5))
     maker = EnvkitExperienceMaker(None, None, None, None, FixedKLController(0.0), strategy, None, config=cfg)
     got = maker.compute_advantages_and_returns(copy.deepcopy(exps))
     base = group_advantages(rewards, groups)
@@ -152,7 +152,7 @@ def test_variable_groups_and_sharpening_equal_trainer_core(strategy_factory):
 def test_clean_icl_loss_prompt_is_refused_on_openrlhf_with_the_way_out():
     from envkit.trainers.openrlhf.config import BackendConfig
 
-    cfg = BackendConfig(explorer="xrpo", n_samples_per_prompt=4, xrpo=XrpoConfig(group_size=4, icl_loss_prompt="clean"))
+    cfg = BackendConfig(explorer="xrpo", n_samples_per_prompt=4, xrpo=XrpoConfig(icl_loss_prompt="clean"))
     with pytest.raises(ValueError, match="local trainer only"):
         cfg.xrpo_config()
     assert BackendConfig(explorer="xrpo", n_samples_per_prompt=4).xrpo_config().icl_loss_prompt == "augmented"

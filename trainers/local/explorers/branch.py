@@ -51,7 +51,9 @@ def branch_config(base: Any, **branch: Any) -> Any:
 
 
 @torch.no_grad()
-def decision_entropies(model: Any, tokenizer: Any, episodes: list[Episode], temperature: float) -> list[np.ndarray]:
+def decision_entropies(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, episodes: list[Episode], temperature: float
+) -> list[np.ndarray]:
     """Per episode, the policy's entropy (nats) at each decision: the mean over the action's tokens of the
     entropy of softmax(logits / temperature) at that token. One forward pass per episode that computes logits
     only at the action tokens' positions (``logits_to_keep``), so a long context with a large vocabulary does not
@@ -162,7 +164,13 @@ class AgentBranchDriver(AgentExplorer):
             self._stats["branch_snapshots_discarded"] = discarded
 
     def _branch(
-        self, model: Any, tokenizer: Any, env_id: str, backbones: list[Episode], seed: int, kw: dict[str, Any]
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        env_id: str,
+        backbones: list[Episode],
+        seed: int,
+        kw: dict[str, Any],
     ) -> list[Episode]:
         cfg, horizon, temperature = self.cfg, self.horizon, float(kw["temperature"])
         by_group: dict[int, list[Episode]] = defaultdict(list)
@@ -235,7 +243,7 @@ class AgentBranchDriver(AgentExplorer):
         return sorted([*backbones, *branches], key=lambda e: (e.group, e.index))
 
     def _play_forks(
-        self, model: Any, tokenizer: Any, env_id: str, pending: list[tuple[Episode, int, int]], offset: int,
+        self, model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, env_id: str, pending: list[tuple[Episode, int, int]], offset: int,
         restores: dict[str, int], seed: int, kw: dict[str, Any],
     ) -> list[Episode]:  # fmt: skip
         """Restore and finish every pending fork. Where snapshots restore natively only in the instance that took
