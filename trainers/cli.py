@@ -1,7 +1,7 @@
 """``envkit-train``: training entry points.
 
     envkit-train local --help        the single-process transformers trainer (`envkit.trainers.local.trainer`); every option of
-                                     `envkit.trainers.local.trainer.TrainConfig` with its default
+                                     `envkit.trainers.local.config.TrainConfig` with its default
     envkit-train openrlhf --help     the OpenRLHF backend (`envkit.trainers.openrlhf.entry:main`, imported lazily):
                                      envkit's options, then ``--`` and OpenRLHF's own flags
 

@@ -184,3 +184,20 @@ def test_install_puts_envkit_classes_where_train_looks_them_up():
         assert issubclass(EnvkitRolloutActor, old[1].__ray_actor_class__)
     finally:
         ppo_trainer.PPOTrainer, vllm_engine.RolloutRayActor = old
+
+
+def test_the_run_owns_the_group_size(capsys):
+    """EDEN's and XRPO's group is n_samples_per_prompt: no --eden.group-size to disagree with, and settings that
+    do not fit the run's n are refused with what to set."""
+    from envkit.trainers.explorers.eden import EdenConfig
+    from envkit.trainers.explorers.xrpo import XrpoConfig
+    from envkit.trainers.openrlhf.config import BackendConfig
+    from envkit.trainers.openrlhf.entry import main
+
+    assert main(["--eden.group-size", "8", "--", "--rollout.n_samples_per_prompt", "4"]) == 2
+    assert "No such option: --eden.group-size" in capsys.readouterr().err
+    assert BackendConfig(explorer="xrpo", n_samples_per_prompt=6).xrpo_config() == XrpoConfig(n0=4)
+    with pytest.raises(ValueError, match=r"n0 \(6\) must be <= the run's group size 4"):
+        BackendConfig(explorer="xrpo", n_samples_per_prompt=4, xrpo=XrpoConfig(n0=6)).xrpo_config()
+    with pytest.raises(ValueError, match=r"n_noisy \(4\) must be < the run's group size \(4\)"):
+        BackendConfig(explorer="eden", n_samples_per_prompt=4, eden_anchors=(1,), eden=EdenConfig(n_noisy=4))
