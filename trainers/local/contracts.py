@@ -77,8 +77,10 @@ class Budget:
         """Raise unless `groups` (each sample's prompt index) covers every prompt and, with `fixed_total`, spends
         exactly ``total`` samples."""
         counts = Counter(groups)
-        if set(counts) - set(range(self.prompts)):
-            raise RuntimeError(f"{who}: samples name prompts outside 0..{self.prompts - 1}: {sorted(counts)}")
+        if set(counts) != set(range(self.prompts)):
+            raise RuntimeError(
+                f"{who}: samples must cover prompts 0..{self.prompts - 1} and no other, got {sorted(counts)}"
+            )
         if fixed_total and len(groups) != self.total:
             raise RuntimeError(
                 f"{who}: collected {len(groups)} samples for a budget of {self.total} "

@@ -82,3 +82,13 @@ def test_an_old_eden_group_size_flag_fails_with_a_clear_error():
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
     assert "No such option: --eden.group-size (did you mean --group-size?)" in proc.stdout + proc.stderr
+
+
+def test_the_budget_check_wants_every_prompt_and_no_other():
+    Budget(2, 2).check("x", [0, 0, 1, 1])
+    Budget(2, 2).check("x", [0, 1, 1], fixed_total=False)  # branch: another budget, but every task
+    for groups in ([0, 0, 0, 0], [0, 1, 2, 1]):
+        with pytest.raises(RuntimeError, match=r"must cover prompts 0\.\.1"):
+            Budget(2, 2).check("x", groups)
+    with pytest.raises(RuntimeError, match="collected 3 samples for a budget of 4"):
+        Budget(2, 2).check("x", [0, 1, 1])
