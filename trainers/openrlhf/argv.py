@@ -30,7 +30,7 @@ class ArgvError(ValueError):
 
 
 #: Sections of envkit's own dotted options (`BackendConfig`'s nested configs: ``--adv.gamma``, ``--eden.rho``).
-OUR_SECTIONS = ("adv", "sero-opts", "sero_opts", "eden", "xrpo")
+OUR_SECTIONS = ("adv", "sero-opts", "sero_opts", "eden", "xrpo", "branch")
 
 
 def _is_openrlhf_flag(token: str) -> bool:

@@ -27,6 +27,7 @@ from envkit.config_io import from_data
 from envkit.credit.advantage_options import AdvantageOptions
 from envkit.credit.sero import widen_options
 from envkit.runtime.command_line import id_list, json_object
+from envkit.trainers.explorers.branch import BranchConfig
 from envkit.trainers.explorers.eden import EdenConfig
 from envkit.trainers.explorers.xrpo import XrpoConfig
 from envkit.trainers.sero_options import TrainerSeroOptions
@@ -34,9 +35,9 @@ from envkit.trainers.sero_options import TrainerSeroOptions
 #: Environment variable holding the JSON of the `BackendConfig` in every Ray worker.
 CONFIG_ENV = "ENVKIT_OPENRLHF_CONFIG"
 
-EXPLORERS = ("none", "eden", "xrpo")
+EXPLORERS = ("none", "eden", "xrpo", "branch")
 ADVANTAGES = ("grpo", "gigpo", "graphgpo")
-Explorer = Literal["none", "eden", "xrpo"]
+Explorer = Literal["none", "eden", "xrpo", "branch"]
 Advantage = Literal["grpo", "gigpo", "graphgpo"]
 
 
@@ -60,8 +61,9 @@ class BackendConfig:
     """Everything the OpenRLHF backend adds to a ``train_ppo_ray`` run (``envkit-train openrlhf`` options).
 
     Attributes:
-        explorer: Exploration strategy: "none", "eden" (noisy rollouts from prompt embeddings) or "xrpo"
-            (phased rollout budget, ICL seeding, novelty sharpening).
+        explorer: Exploration strategy: "none", "eden" (noisy rollouts from prompt embeddings), "xrpo"
+            (phased rollout budget, ICL seeding, novelty sharpening) or "branch" (branching rollouts: forks from
+            restored high-entropy decisions with leave-one-out sibling credit; `envkit.trainers.openrlhf.branch_rows`).
         advantage: Advantage estimator: "grpo" (outcome, per rollout), "gigpo" or "graphgpo" (per turn,
             multi-turn envs).
         sero: Add SERO oracle continuations from restored states, weighted by policy reachability.
@@ -81,6 +83,8 @@ class BackendConfig:
             n_samples_per_prompt (EdenConfig has no group size); n_anchors is unused here (the bank is given).
         xrpo: XRPO settings (None: `XrpoConfig`'s defaults sized to the run: n0 = min(4, n)). XRPO spends the
             run's per-prompt budget n = n_samples_per_prompt (XrpoConfig has no group size).
+        branch: Branching-rollout settings (`BranchConfig`, the local trainer's; None: sized to the run,
+            `sized_branch`). backbones + points x branches must be n_samples_per_prompt (`branch_config`).
         eden_bank: EDEN anchor bank .npz (written by ``envkit.trainers.explorers.anchors.AnchorBank.save``); its token ids
             fill ``eden_anchors``.
         eden_anchors: Token ids of EDEN's anchor bank, comma-separated (or from ``eden_bank``); the engines read
@@ -101,6 +105,7 @@ class BackendConfig:
     sero_opts: OpenRLHFSeroOptions = field(default_factory=OpenRLHFSeroOptions)
     eden: EdenConfig | None = None
     xrpo: XrpoConfig | None = None
+    branch: BranchConfig | None = None
     eden_bank: str | None = None
     eden_anchors: Annotated[tuple[int, ...], id_list("--eden-anchors")] = ()
 
@@ -136,6 +141,8 @@ class BackendConfig:
                     f"({self.env_id}'s min_root_budget unless --sero-opts.min-budget is set); set --max-turns to at "
                     f"least {need} (the env's horizon is {env_facts(self.env_id).horizon}) or 0 (the env's own limit)"
                 )
+        if self.explorer == "branch":
+            self.branch_config()  # refuses a row count other than n, or what this backend cannot do
         anchors = tuple(int(t) for t in self.eden_anchors)
         if self.eden_bank and not anchors:
             from envkit.trainers.explorers.anchors import AnchorBank
@@ -213,5 +220,48 @@ class BackendConfig:
             raise ValueError(
                 "--xrpo.icl-loss-prompt clean is implemented in the local trainer only (envkit-train local); on "
                 "OpenRLHF the ICL prefix is part of the generated sample's prompt. Drop the option."
+            )
+        return cfg
+
+    def sized_branch(self) -> BranchConfig:
+        """`BranchConfig` sized to this run's group of n rows: ``ceil(n / 2)`` backbones and F = the rest as forks,
+        K = 2 branches per point when F is even (else 1) and M = F / K points."""
+        n = self.n_samples_per_prompt
+        backbones = (n + 1) // 2
+        forks = n - backbones
+        k = 2 if forks % 2 == 0 else 1
+        return BranchConfig(points=max(forks // k, 1), branches=k, backbones=backbones)
+
+    def branch_config(self) -> BranchConfig:
+        """The run's `BranchConfig`: ``branch``, else `sized_branch`.
+
+        Raises:
+            ValueError: backbones + points x branches differs from n_samples_per_prompt, no ``--max-turns``, SERO
+                on, or ``--branch.reserve backbone`` (this backend does not size forks by the budget).
+        """
+        cfg = self.branch if self.branch is not None else self.sized_branch()
+        n = self.n_samples_per_prompt
+        if self.sero:
+            raise ValueError("--explorer branch is the policy-only control to SERO: drop --sero (or the explorer)")
+        if not self.max_turns:
+            raise ValueError(
+                "--explorer branch needs --max-turns N: the turn cap sizes the env-step budget (n x max_turns per "
+                "task) that the branches are checked against"
+            )
+        backbones = cfg.resolve(n, self.max_turns)[0]
+        rows = backbones + cfg.points * cfg.branches
+        if rows != n:
+            sized = self.sized_branch()
+            raise ValueError(
+                f"--explorer branch: --branch.backbones {backbones} + --branch.points {cfg.points} x "
+                f"--branch.branches {cfg.branches} = {rows} rows per prompt, but OpenRLHF's batch arithmetic "
+                f"needs exactly --rollout.n_samples_per_prompt {n}: set them so that backbones + points x branches "
+                f"= {n} (e.g. --branch.backbones {sized.backbones} --branch.points {sized.points} --branch.branches "
+                f"{sized.branches}, the default), or change n"
+            )
+        if cfg.reserve != "worst":
+            raise ValueError(
+                "--branch.reserve backbone: on the OpenRLHF backend the forks are a fixed points x branches rows per "
+                "prompt and the env-step budget is checked and reported, never reserved; drop --branch.reserve"
             )
         return cfg

@@ -2,15 +2,16 @@
 
 Usage (``envkit-train openrlhf --help`` lists every option with its default)::
 
-    envkit-train openrlhf [--explorer none|eden|xrpo] [--advantage grpo|gigpo|graphgpo] [--sero] [--env ID]
-                          [--adv.FIELD V ...] [--eden.FIELD V ...] [--xrpo.FIELD V ...] [--sero-opts.FIELD V ...]
+    envkit-train openrlhf [--explorer none|eden|xrpo|branch] [--advantage grpo|gigpo|graphgpo] [--sero] [--env ID]
+                          [--adv.FIELD V ...] [--eden.FIELD V ...] [--xrpo.FIELD V ...] [--branch.FIELD V ...]
+                          [--sero-opts.FIELD V ...]
                           [--dry-run] -- <any openrlhf.cli.train_ppo_ray flag>
 
 What `main` does:
 
 1. splits argv at ``--`` (`envkit.trainers.openrlhf.argv`), parses ours into a `BackendConfig` with tyro (the nested
-   `AdvantageOptions`, `SeroOptions`, `EdenConfig` and `XrpoConfig` as dotted options; EDEN's and XRPO's
-   defaults shown sized to the run's ``--rollout.n_samples_per_prompt``);
+   `AdvantageOptions`, `SeroOptions`, `EdenConfig`, `XrpoConfig` and `BranchConfig` as dotted options; EDEN's,
+   XRPO's and branching's defaults shown sized to the run's ``--rollout.n_samples_per_prompt``);
 2. rewrites OpenRLHF's flags: forces ``--algo.advantage.estimator group_norm`` and
    ``--train.agent_func_path <trainers/openrlhf/agent_executor.py>``, refuses ``--train.async_enable``;
 3. starts Ray with the config in the runtime env (`CONFIG_ENV`), so every worker reads the same options;
@@ -84,8 +85,8 @@ def build_config(ours: Sequence[str], openrlhf_flags: Sequence[str]) -> OpenRLHF
         fail(str(exc), prog=prog)
     # our options are parsed first (an unknown one is reported before a bad budget), on a valid budget
     base = BackendConfig(n_samples_per_prompt=max(n, 2), rollout_batch_size=max(batch, 1))
-    eden, xrpo = base.sized_eden(), base.sized_xrpo()
-    default = OpenRLHFCommand(backend=dataclasses.replace(base, eden=eden, xrpo=xrpo))
+    eden, xrpo, branch = base.sized_eden(), base.sized_xrpo(), base.sized_branch()
+    default = OpenRLHFCommand(backend=dataclasses.replace(base, eden=eden, xrpo=xrpo, branch=branch))
     cmd = cli(
         OpenRLHFCommand, args=ours, prog=prog, default=default, config=(tyro.conf.AvoidSubcommands,),
         error_prefix=prog,
@@ -101,7 +102,9 @@ def build_config(ours: Sequence[str], openrlhf_flags: Sequence[str]) -> OpenRLHF
         cfg = dataclasses.replace(cfg, eden=None)
     if cfg.xrpo == xrpo:
         cfg = dataclasses.replace(cfg, xrpo=None)
-    for name in ("eden", "xrpo"):
+    if cfg.branch == branch:
+        cfg = dataclasses.replace(cfg, branch=None)
+    for name in ("eden", "xrpo", "branch"):
         if getattr(cfg, name) is not None and cfg.explorer != name:
             fail(f"--{name}.* options were given but --explorer is not '{name}'", prog=prog)
     try:

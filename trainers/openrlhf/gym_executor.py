@@ -114,7 +114,8 @@ class GymAgentExecutor(AgentExecutorBase):
     def __init__(self, config: BackendConfig | None = None) -> None:
         self.config = config if config is not None else BackendConfig.from_env()
         self._free: dict[str, list[gym.Env[Any, Any]]] = {}
-        self._episodes: dict[str, Any] = {}  # SERO: episodes with snapshots until their group is finished
+        self._episodes: dict[str, Any] = {}  # SERO, branch: episodes with snapshots until their group is finished
+        self._held: set[int] = set()  # branch: envs kept out of the cache with their episode (instance snapshots)
         self._ids = itertools.count()
 
     # ----- env reuse -----------------------------------------------------------------------------------------
@@ -126,7 +127,8 @@ class GymAgentExecutor(AgentExecutorBase):
         try:
             yield env
         finally:
-            self._free.setdefault(task.env_key, []).append(env)
+            if id(env) not in self._held:
+                self._free.setdefault(task.env_key, []).append(env)
 
     def close(self) -> None:
         """Close every cached env."""
@@ -150,6 +152,10 @@ class GymAgentExecutor(AgentExecutorBase):
         if task.seed is None:  # all rollouts of one prompt must play the same episode: seed from the prompt
             digest = hashlib.sha256(f"{prompt}\x00{label}".encode()).hexdigest()
             task = dataclasses.replace(task, seed=int(digest[:8], 16))
+        if getattr(getattr(llm_engine, "spec", None), "fork", False):  # branching: filled in finish_group
+            from envkit.trainers.openrlhf.branch_rows import fork_slot
+
+            return fork_slot(prompt, label)
         async with self.lease(task) as env:
             return await self._episode(env, task, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine)
 
@@ -163,11 +169,16 @@ class GymAgentExecutor(AgentExecutorBase):
         max_length: int,
         tokenizer: Any,
         engine: Any,
+        fork: Any = None,
     ) -> dict[str, Any]:
-        obs, info = await asyncio.to_thread(env.reset, seed=task.seed, options=task.options)
+        if fork is None:
+            obs, info = await asyncio.to_thread(env.reset, seed=task.seed, options=task.options)
+        else:  # branching: `env` was restored to a backbone's state (`branch_rows.ForkStart`)
+            obs, info = fork.observation, fork.info
         tracker = AnchorTracker(str(obs), info)  # each state's GiGPO / GraphGPO anchors (--adv.state-key)
         episode = None
-        if self.config.sero:
+        branch = self.config.explorer == "branch"
+        if (self.config.sero or branch) and fork is None:
             from envkit.trainers.openrlhf.sero_rows import SeroEpisode
 
             episode = SeroEpisode(task, str(obs), jsonable(info), env)
@@ -180,6 +191,10 @@ class GymAgentExecutor(AgentExecutorBase):
         ranges: list[tuple[int, int]] = []
         total, success, reason, truncated = 0.0, False, "terminated", False
         terminated = env_trunc = False
+        nll: list[float] = []  # per turn: the sampled tokens' mean -log p (branching's entropy estimate)
+        if fork is not None:  # continue the backbone's row: its tokens and turns before the fork turn
+            tracker, tokens, turns, total = fork.tracker, list(fork.tokens), list(fork.turns), fork.total
+            logprobs = list(fork.logprobs) if logprobs is not None else None
         if len(tokens) >= max_length:
             tokens = tokens[-(max_length - 1) :]  # keep the end (OpenRLHF's rule), and say so
             truncated, reason = True, "context"
@@ -196,6 +211,8 @@ class GymAgentExecutor(AgentExecutorBase):
             params = deepcopy(sampling_params)
             per_turn = getattr(sampling_params, "max_tokens", None)
             params.max_tokens = min(per_turn, budget) if per_turn else budget
+            if branch and params.logprobs is None:
+                params.logprobs = 0  # the sampled token's log-prob only (docs/openrlhf.md, explorer branch)
             out = (await engine.generate(tokens, params)).outputs[0]
             action_tokens = list(out.token_ids)
             action = clean_action(out.text, tokenizer)
@@ -218,9 +235,10 @@ class GymAgentExecutor(AgentExecutorBase):
             turns.append(dataclasses.replace(turn, next_anchors=tracker.anchors()))
             ranges.append((start, end))
             tokens = tokens + action_tokens
+            lps = [float(d[t].logprob) if d and t in d else 0.0 for t, d in zip(action_tokens, out.logprobs or [])]
+            lps += [0.0] * (len(action_tokens) - len(lps))
+            nll.append(-sum(lps) / max(len(lps), 1))
             if logprobs is not None:
-                lps = [float(d[t].logprob) if d and t in d else 0.0 for t, d in zip(action_tokens, out.logprobs or [])]
-                lps += [0.0] * (len(action_tokens) - len(lps))
                 logprobs.extend(lps)
                 action_lps.extend(lps)
             if terminated or env_trunc:
@@ -240,6 +258,9 @@ class GymAgentExecutor(AgentExecutorBase):
                 episode.final_snapshot = await asyncio.to_thread(env.snapshot)  # type: ignore[attr-defined]
             extra["episode"] = f"e{next(self._ids)}"
             self._episodes[extra["episode"]] = episode
+            if branch:  # kept with its episode until finish_group (ALFWorld's snapshots are instance-scoped)
+                self._held.add(id(env))
+                extra["branch"] = {"parent": -1, "fork": 0, "nll": nll}
         mean_lp = sum(action_lps) / len(action_lps) if action_lps else None
         record = RolloutRecord(
             spec=spec,
@@ -269,22 +290,34 @@ class GymAgentExecutor(AgentExecutorBase):
     async def finish_group(
         self, responses: list[dict], actor: Any, tokenizer: Any, max_length: int, sampling_params: Any
     ) -> list[dict]:
-        """After one prompt's rollouts: SERO oracle rows (``--sero``), else the responses unchanged.
+        """After one prompt's rollouts: SERO oracle rows (``--sero``), the branch step's forks (fork slots of
+        ``--explorer branch``), else the responses unchanged.
 
-        Called by envkit's rollout actor with the group's responses; see `envkit.trainers.openrlhf.sero_rows`.
+        Called by envkit's rollout actor with the group's responses; see `envkit.trainers.openrlhf.sero_rows` and
+        `envkit.trainers.openrlhf.branch_rows`.
         """
-        keys = [RolloutRecord.from_dict(r[RESPONSE_KEY]).extra.get("episode") for r in responses]
-        episodes = [self._episodes.pop(k, None) if k else None for k in keys]
-        if not self.config.sero:
+        records = [RolloutRecord.from_dict(r[RESPONSE_KEY]) for r in responses]
+        episodes = [self._episodes.pop(k, None) if (k := r.extra.get("episode")) else None for r in records]
+        forks = any(r.spec.fork for r in records)
+        if not (self.config.sero or forks or any(episodes)):
             return responses
-        from envkit.trainers.openrlhf.sero_rows import sero_group
-
         try:
+            if forks:
+                from envkit.trainers.openrlhf.branch_rows import branch_group
+
+                return await branch_group(self, responses, episodes, actor, tokenizer, max_length, sampling_params)
+            if not self.config.sero:
+                return responses
+            from envkit.trainers.openrlhf.sero_rows import sero_group
+
             return await sero_group(self, responses, episodes, actor, tokenizer, max_length, sampling_params)
         finally:  # the group is credited: release its snapshots in the envs that took them (SWE layers)
             for ep in episodes:
                 if ep is not None:
                     await asyncio.to_thread(discard_many, ep.env, ep.snapshots())
+                    if id(ep.env) in self._held:  # back to the cache
+                        self._held.discard(id(ep.env))
+                        self._free.setdefault(ep.task.env_key, []).append(ep.env)
 
     @property
     def pending_episodes(self) -> int:

@@ -36,6 +36,8 @@ class RolloutSpec:
         rho: EDEN noise scale.
         seed: Seed of the noise draw.
         prefix: XRPO ICL prefix prepended to the prompt text ("" for none); the loss sees the same prompt.
+        fork: A fork slot of branching rollouts (``--explorer branch``): not played from reset, but by the
+            group's branch step from a restored backbone state (`envkit.trainers.openrlhf.branch_rows`).
     """
 
     group: str
@@ -47,6 +49,7 @@ class RolloutSpec:
     rho: float = 0.0
     seed: int = 0
     prefix: str = ""
+    fork: bool = False
 
     def __post_init__(self) -> None:
         if self.noisy and self.anchor < 0:

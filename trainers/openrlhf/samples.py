@@ -8,7 +8,9 @@ actor), one per rollout, and the total budget stays ``batch x n``:
 - ``eden``: K_r standard rollouts + K_n noisy ones sharing ONE anchor per prompt (drawn uniformly from the bank),
   each with its own noise seed, at the cosine-warmed temperature ``tau_n(step)``;
 - ``xrpo``: phase 1 gives every prompt n0 rollouts, later phases hand out the rest of the budget by XRPO's
-  priority, and prompts whose rollouts all failed get an ICL prefix of solved problems (`envkit.trainers.explorers.xrpo`).
+  priority, and prompts whose rollouts all failed get an ICL prefix of solved problems (`envkit.trainers.explorers.xrpo`);
+- ``branch``: ``backbones`` rollouts from reset and ``points x branches`` fork slots that the rollout actor fills
+  from restored high-entropy backbone states (`envkit.trainers.openrlhf.branch_rows`).
 
 Evaluation (``n_samples_per_prompt`` in the generate kwargs) always uses plain rollouts.
 """
@@ -32,6 +34,13 @@ from envkit.trainers.openrlhf.rollout_records import INFO_KEY, RESPONSE_KEY, Rol
 def plain_specs(group: str, n: int) -> list[RolloutSpec]:
     """n plain rollouts of one group."""
     return [RolloutSpec(group=group, index=i) for i in range(n)]
+
+
+def branch_specs(group: str, n: int, config: BackendConfig) -> list[RolloutSpec]:
+    """Branching rollouts' plan for one prompt: the backbones, then ``points x branches`` fork slots (filled from
+    restored backbone states by the group's branch step, `envkit.trainers.openrlhf.branch_rows`); n in all."""
+    backbones = config.branch_config().resolve(n, config.max_turns)[0]
+    return [RolloutSpec(group=group, index=i, fork=i >= backbones) for i in range(n)]
 
 
 def eden_specs(group: str, n: int, config: BackendConfig, step: int, rng: np.random.Generator) -> list[RolloutSpec]:
@@ -116,6 +125,9 @@ class EnvkitSamplesGenerator(SamplesGenerator):
         elif self.config.explorer == "eden":
             n = self.config.n_samples_per_prompt
             plans = [eden_specs(self.new_group(), n, self.config, self.step, self.rng) for _ in prompts]
+        elif self.config.explorer == "branch":
+            n = self.config.n_samples_per_prompt
+            plans = [branch_specs(self.new_group(), n, self.config) for _ in prompts]
         else:
             n = self.config.n_samples_per_prompt
             plans = [plain_specs(self.new_group(), n) for _ in prompts]

@@ -2,7 +2,8 @@
 
 The experience maker flattens OpenRLHF's micro-batches into `SampleRow`s (one per rollout) and calls
 `compute_turn_advantages`, which picks the estimator (``envkit.credit.advantages``), EDEN's absorb
-(``envkit.trainers.explorers.eden``), XRPO's sharpening (``envkit.trainers.explorers.xrpo``) and SERO's weights (carried by
+(``envkit.trainers.explorers.eden``), XRPO's sharpening (``envkit.trainers.explorers.xrpo``), branching's
+leave-one-out term (``envkit.trainers.openrlhf.branch_turns``) and SERO's weights (carried by
 the records' turns), and returns, per row, one advantage and one loss weight per turn plus a keep flag.
 `envkit.trainers.openrlhf.experience` then spreads them over the tokens.
 
@@ -226,6 +227,13 @@ def compute_turn_advantages(rows: Sequence[SampleRow], cfg: BackendConfig, step:
         keep = select_noisy(row_abs, noisy, ecfg.top_p)
         scale, keep = absorb(np.ones(n), noisy, keep, ecfg.gamma)
         per_turn = [p * scale[i] for i, p in enumerate(per_turn)]
+
+    if cfg.explorer == "branch":  # branching rollouts: the tree's leave-one-out term (branch_turns)
+        from envkit.trainers.openrlhf.branch_turns import branch_turn_advantages
+
+        returns = [_episode_return(r, cfg) for r in rows]
+        per_turn, branch_stats = branch_turn_advantages(rows, groups, per_turn, returns, cfg)
+        stats.update(branch_stats)
 
     # 2. SERO: reachability weights of oracle turns (policy turns weigh 1).
     weights = sero_weights or [np.array([t.weight for t in r.turns]) if r.turns else np.ones(1) for r in rows]
