@@ -60,7 +60,8 @@ def branch_turn_advantages(
     for i, g in enumerate(groups):
         members[g].append(i)
     out = [np.asarray(p, dtype=np.float64).copy() for p in per_turn]
-    mass = owned = decisions = steps = over = n_groups = forks = 0
+    mass = 0.0
+    owned = decisions = steps = over = n_groups = forks = 0
     kinds: dict[str, int] = defaultdict(int)
     entropy: list[float] = []
     points: set[tuple[Hashable, int, int]] = set()

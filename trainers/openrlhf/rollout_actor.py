@@ -250,8 +250,8 @@ async def run_planned(
 
     Each spec runs ``executor.execute`` with a `SpecEngine`, its temperature and its prefix (`with_prefix`). Responses keep the
     spec order. An executor that is not envkit's still works: its response gets a record with the spec only.
-    After the group, an executor with ``finish_group`` (envkit's) may replace failed rollouts by SERO oracle rows
-    (the number of responses never changes).
+    After the group, an executor with ``finish_group`` (envkit's) may replace failed rollouts by SERO oracle rows,
+    or fill branching's fork slots (the number of responses never changes).
     """
     parsed = [RolloutSpec.from_dict(s) for s in specs]
 

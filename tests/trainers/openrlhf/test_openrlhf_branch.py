@@ -17,7 +17,9 @@ def _cfg(**kw):
     return BackendConfig(**{**base, **kw})
 
 
-@pytest.mark.parametrize(("n", "sized"), [(2, (1, 1, 1)), (4, (2, 1, 2)), (5, (3, 1, 2)), (8, (4, 2, 2)), (7, (4, 3, 1))])
+@pytest.mark.parametrize(
+    ("n", "sized"), [(2, (1, 1, 1)), (4, (2, 1, 2)), (5, (3, 1, 2)), (8, (4, 2, 2)), (7, (4, 3, 1))]
+)
 def test_sized_branch_fills_exactly_n_rows(n, sized):
     from envkit.trainers.openrlhf.samples import branch_specs
 
@@ -40,7 +42,7 @@ def test_impossible_settings_are_refused_with_what_to_set():
         _cfg(max_turns=0)
     with pytest.raises(ValueError, match="drop --sero"):
         _cfg(sero=True, advantage="graphgpo", max_turns=8, sero_opts=SeroOptions(min_budget=1))
-    with pytest.raises(ValueError, match="drop --branch.reserve"):
+    with pytest.raises(ValueError, match=r"drop --branch\.reserve"):
         _cfg(branch=BranchConfig(points=1, branches=2, backbones=2, reserve="backbone"))
     ok = _cfg(n_samples_per_prompt=8, branch=BranchConfig(points=1, branches=4, backbones=4))
     assert ok.branch_config().points == 1
