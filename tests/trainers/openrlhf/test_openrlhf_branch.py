@@ -146,3 +146,45 @@ def test_groups_without_a_tree_keep_the_estimator_and_a_bad_tree_is_refused():
     with pytest.raises(ValueError, match="backbone 7, which is not in its group"):
         compute_turn_advantages(bad, cfg)
     json.dumps(res.stats)
+
+
+def test_fork_slot_plays_nothing_and_fork_start_checks_the_restore():
+    """A fork slot's `execute` makes no env; `fork_start` on a real Toy episode restored in a fresh env keeps the
+    backbone's row before the fork turn, rebuilds the same anchors, and refuses a restore that is not exact."""
+    import asyncio
+    from types import SimpleNamespace
+
+    import gymnasium as gym
+
+    import envkit  # noqa: F401  (registers envkit/Toy-v0)
+    from envkit.core import Step, jsonable
+    from envkit.credit.state_keys import AnchorTracker
+    from envkit.trainers.openrlhf.branch_rows import fork_start
+    from envkit.trainers.openrlhf.gym_executor import GymAgentExecutor, RolloutTask
+    from envkit.trainers.openrlhf.rollout_records import RolloutRecord, RolloutSpec, Turn
+    from envkit.trainers.openrlhf.sero_rows import SeroEpisode
+
+    ex = GymAgentExecutor(_cfg())
+    slot = asyncio.run(ex.execute("{obs}", "0", None, 64, None, SimpleNamespace(spec=RolloutSpec("g", 3, fork=True))))
+    assert RolloutRecord.from_dict(slot["envkit"]).reason == "fork_slot" and not ex._free  # no env was made
+    task = RolloutTask("envkit/Toy-v0", 0, {"goal": 3, "length": 6})
+    env = gym.make(task.env_id)
+    obs, info = env.reset(seed=0, options=task.options)
+    ep = SeroEpisode(task, str(obs), jsonable(info), env)
+    tracker, turns = AnchorTracker(str(obs), info), []
+    for k, action in enumerate(["right", "stay", "right"]):
+        snap = env.snapshot()
+        nxt, r, term, trunc, info = env.step(action)
+        ep.steps.append(Step(str(obs), action, float(r), str(nxt), term, trunc, jsonable(info), snap))
+        turns.append(Turn(str(obs), action, float(r), False, 10 + 4 * k, 12 + 4 * k, anchors=tracker.anchors()))
+        tracker.step(action, str(nxt), info)
+        obs = nxt
+    rec = RolloutRecord(RolloutSpec("g", 0), tuple(turns))
+    response = {"observation_tokens": list(range(30)), "rollout_log_probs": [-0.1] * 30}
+    fresh = gym.make(task.env_id)
+    start = fork_start(ep, rec, response, 2, *fresh.unwrapped.restore(ep.steps[2].snapshot))
+    assert start.tokens == tuple(range(18)) and start.turns == rec.turns[:2] and start.logprobs == (-0.1,) * 18
+    assert start.tracker.anchors() == turns[2].anchors and start.observation == turns[2].state
+    assert start.total == sum(t.reward for t in turns[:2])
+    with pytest.raises(RuntimeError, match="restore is not exact"):
+        fork_start(ep, rec, response, 2, *fresh.unwrapped.restore(ep.steps[0].snapshot))
