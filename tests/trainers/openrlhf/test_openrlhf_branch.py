@@ -188,3 +188,22 @@ def test_fork_slot_plays_nothing_and_fork_start_checks_the_restore():
     assert start.total == sum(t.reward for t in turns[:2])
     with pytest.raises(RuntimeError, match="restore is not exact"):
         fork_start(ep, rec, response, 2, *fresh.unwrapped.restore(ep.steps[0].snapshot))
+
+
+def test_a_forks_prefix_turns_have_no_tokens_in_its_loss():
+    """A fork row's action ranges are its own turns: OpenRLHF's action mask is 0 on the backbone's prefix turn,
+    so those tokens leave the loss (masked like observation tokens) and every own token gets its own turn's value."""
+    import torch
+
+    from envkit.trainers.openrlhf.experience import token_advantages, turn_token_ends
+    from envkit.trainers.openrlhf.rollout_records import RolloutRecord, RolloutSpec, Turn
+
+    turns = tuple(Turn("s", "a", 0.0, False, s, s + 2) for s in (2, 6, 10))  # turn 0: the backbone's prefix
+    rec = RolloutRecord(RolloutSpec("g", 2, fork=True), turns, extra={"branch": {"parent": 0, "fork": 1}})
+    obs_mask = torch.zeros(13)
+    for t in turns[1:]:  # the row's action_ranges
+        obs_mask[t.start : t.end] = 1
+    action_mask = obs_mask[1:]  # OpenRLHF's shift
+    ret = token_advantages([5.0, 1.0, -2.0], turn_token_ends(rec, action_mask), action_mask, None, 0.0, None)
+    assert action_mask.tolist() == [0.0] * 5 + [1.0, 1.0] + [0.0] * 2 + [1.0, 1.0, 0.0]  # the prefix turn is at 1, 2
+    assert (ret * action_mask).tolist() == [0.0] * 5 + [1.0, 1.0] + [0.0] * 2 + [-2.0, -2.0, 0.0]
