@@ -1,5 +1,8 @@
 """Run a policy in envs and record trajectories with per-step snapshots; branch from a snapshot.
 
+Both loops record through `envkit.recorder.EpisodeRecorder` (the snapshot before each step, one final-snapshot
+rule: the final state is snapshotted only when the episode was cut while the env was live, here by `max_steps`).
+
 `rollout` schedules tasks over a pool's workers: every round, the policy gets one batch with the current
 observation of every active env, then all envs step in parallel. A crashed worker's episode comes back with
 ``failed=True`` (the pool restarts the worker) and the other episodes carry on.
@@ -23,9 +26,10 @@ from typing import Any
 
 import gymnasium as gym
 
-from envkit.core import Step, Trajectory, env_success, jsonable
+from envkit.core import Trajectory
 from envkit.policies import Policy, PolicyInput
 from envkit.pool import EnvPool, Request, Result
+from envkit.recorder import EpisodeRecorder
 
 
 @dataclass(frozen=True)
@@ -41,11 +45,7 @@ class Task:
 class _Episode:
     index: int
     task: Task
-    obs: str = ""
-    info: dict[str, Any] = field(default_factory=dict)
-    first_obs: str = ""
-    first_info: dict[str, Any] = field(default_factory=dict)
-    steps: list[Step] = field(default_factory=list)
+    rec: EpisodeRecorder | None = None  # after the reset answered
 
 
 def rollout(
@@ -66,7 +66,8 @@ def rollout(
         tasks: Episodes to run.
         env_id: Recorded in each trajectory (default: the pool factory's id).
         max_steps: Safety cap on steps per episode (envs have their own limits).
-        record_snapshots: Snapshot before every step (roots for SERO) and after the last one.
+        record_snapshots: Snapshot before every step (roots for SERO) and, when `max_steps` cut an episode the env
+            had not ended, of its final state (`envkit.recorder`'s rule); a failed final snapshot fails the episode.
         progress: Show a progress bar.
     """
     env_id = env_id or getattr(getattr(pool, "factory", None), "env_id", "")
@@ -81,20 +82,10 @@ def rollout(
         bar = tqdm(total=len(tasks), desc="rollouts", unit="ep")
 
     def finish(w: int, ep: _Episode, failed: str = "", final_snapshot: Any = None) -> None:
-        last_info = ep.steps[-1].info if ep.steps else ep.first_info
-        results[ep.index] = Trajectory(
-            env_id=env_id,
-            task_id=ep.task.task_id,
-            seed=ep.task.seed,
-            options=dict(ep.task.options),
-            initial_observation=ep.first_obs,
-            initial_info=ep.first_info,
-            steps=tuple(ep.steps),
-            success=not failed and env_success(last_info),
-            failed=bool(failed),
-            error=failed or None,
-            final_snapshot=final_snapshot,
-        )
+        rec = ep.rec or EpisodeRecorder("", {}, snapshots=False)  # a reset that failed: nothing was recorded
+        rec.stop(final_snapshot, failed=failed or None)
+        task = ep.task
+        results[ep.index] = rec.trajectory(env_id=env_id, task_id=task.task_id, seed=task.seed, options=task.options)
         del active[w]
         free.append(w)
         if bar is not None:
@@ -113,14 +104,14 @@ def rollout(
             if not res.ok:
                 finish(w, ep, failed=res.error)
                 continue
-            ep.obs, ep.info = res.value
-            ep.first_obs, ep.first_info = res.value
+            ep.rec = EpisodeRecorder(*res.value, snapshots=record_snapshots)
         if not active:
             continue
         workers = sorted(active)
+        recs = [_recorder(active[w]) for w in workers]
         batch = [
-            PolicyInput(active[w].obs, active[w].info, tuple(active[w].steps), active[w].task.task_id, active[w].index)
-            for w in workers
+            PolicyInput(r.observation, r.info, r.steps, active[w].task.task_id, active[w].index)
+            for w, r in zip(workers, recs, strict=True)
         ]
         actions = policy.act(batch)
         if len(actions) != len(batch):
@@ -129,27 +120,33 @@ def rollout(
         reqs: list[Request] = [(w, method, (a,), {}) for w, a in zip(workers, actions, strict=True)]
         answers: list[Result] = pool.call_many(reqs)
         ends = []
-        for w, action, res in zip(workers, actions, answers, strict=True):
-            ep = active[w]
+        for w, rec, action, res in zip(workers, recs, actions, answers, strict=True):
             if not res.ok:
-                finish(w, ep, failed=res.error)
+                finish(w, active[w], failed=res.error)
                 continue
             snap, out = res.value if record_snapshots else (None, res.value)
-            obs, reward, term, trunc, info = out
-            ep.steps.append(Step(ep.obs, action, reward, obs, term, trunc, info, snap))
-            ep.obs, ep.info = obs, info
-            if term or trunc or len(ep.steps) >= max_steps:
+            rec.step(snap, action, *out)
+            if rec.ended or len(rec) >= max_steps:
                 ends.append(w)
-        if ends and record_snapshots:
-            snaps = pool.call_many([(w, "snapshot", (), {}) for w in ends])
-            for w, res in zip(ends, snaps, strict=True):
-                finish(w, active[w], final_snapshot=res.value if res.ok else None)
-        else:
-            for w in ends:
-                finish(w, active[w])
+        wanted = [w for w in ends if _recorder(active[w]).wants_final_snapshot]
+        snaps = (
+            dict(zip(wanted, pool.call_many([(w, "snapshot", (), {}) for w in wanted]), strict=True)) if wanted else {}
+        )
+        for w in ends:
+            res = snaps.get(w)
+            if res is not None and not res.ok:
+                finish(w, active[w], failed=f"the final snapshot failed: {res.error}")
+            else:
+                finish(w, active[w], final_snapshot=res.value if res is not None else None)
     if bar is not None:
         bar.close()
     return [r for r in results if r is not None]
+
+
+def _recorder(ep: _Episode) -> EpisodeRecorder:
+    if ep.rec is None:
+        raise RuntimeError(f"rollout: episode {ep.task.task_id!r} is active without a reset (a bug in rollout)")
+    return ep.rec
 
 
 def play(
@@ -164,29 +161,21 @@ def play(
     record_snapshots: bool = False,
     key: int = 0,
 ) -> Trajectory:
-    """Play one episode in a single env from its current state (after reset or restore)."""
-    steps: list[Step] = []
-    first_obs, first_info = obs, jsonable(info)
-    info = first_info
+    """Play one episode in a single env from its current state (after reset or restore).
+
+    With `record_snapshots`, a snapshot before every step and, when `max_steps` cut the episode, of its final state
+    (`envkit.recorder`); the caller discards them (`envkit.lifetime.discard_many`).
+    """
+    rec = EpisodeRecorder(obs, info, snapshots=record_snapshots)
     for _ in range(max_steps):
-        action = policy.act([PolicyInput(obs, info, tuple(steps), task.task_id, key)])[0]
+        action = policy.act([PolicyInput(rec.observation, rec.info, rec.steps, task.task_id, key)])[0]
         snap = env.snapshot() if record_snapshots else None  # type: ignore[attr-defined]
-        nxt, reward, term, trunc, raw = env.step(action)
-        info = jsonable(raw)
-        steps.append(Step(obs, action, float(reward), nxt, bool(term), bool(trunc), info, snap))
-        obs = nxt
-        if term or trunc:
+        rec.step(snap, action, *env.step(action))
+        if rec.ended:
             break
-    return Trajectory(
-        env_id=env_id or str(getattr(env.spec, "id", "")),
-        task_id=task.task_id,
-        seed=task.seed,
-        options=dict(task.options),
-        initial_observation=first_obs,
-        initial_info=first_info,
-        steps=tuple(steps),
-        success=env_success(steps[-1].info if steps else first_info),
-    )
+    rec.stop(env.snapshot() if rec.wants_final_snapshot else None)  # type: ignore[attr-defined]
+    env_id = env_id or str(getattr(env.spec, "id", ""))
+    return rec.trajectory(env_id=env_id, task_id=task.task_id, seed=task.seed, options=task.options)
 
 
 def branch(

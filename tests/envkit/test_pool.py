@@ -25,8 +25,14 @@ def test_inprocess_rollout_records_snapshots_that_restore():
     for k, step in enumerate(traj.steps):
         obs, _ = env.restore(step.snapshot)
         assert obs == step.observation, f"snapshot before step {k} restores the wrong state"
-    assert traj.final_snapshot is not None
-    assert env.restore(traj.final_snapshot)[0] == traj.steps[-1].next_observation
+    assert traj.done and traj.final_snapshot is None  # the env ended it: no root there (envkit.recorder's rule)
+    with make_pool(EnvFactory("envkit/Toy-v0"), size=3, backend="inprocess") as pool:
+        cut = rollout(RandomAdmissiblePolicy(7), pool, TASKS, max_steps=3)
+    live = [t for t in cut if not t.done]
+    assert live and all(t.final_snapshot is not None for t in live)
+    assert all(t.final_snapshot is None for t in cut if t.done)
+    for t in live:
+        assert env.restore(t.final_snapshot)[0] == t.steps[-1].next_observation
 
 
 @pytest.mark.slow

@@ -27,6 +27,7 @@ from envkit.credit.sero import SeroConfig, SeroOptions
 from envkit.oracles.continuation import ContinuationOutcome
 from envkit.oracles.pipeline import credit_task
 from envkit.oracles.reach_weights import Weighted
+from envkit.recorder import EpisodeRecorder
 from envkit.trainers.local.multi_turn import AgentConfig, Episode
 from envkit.trainers.local.sero import episode_credit
 from envkit.trainers.openrlhf.config import BackendConfig
@@ -205,6 +206,16 @@ def _keyed_outcomes():
     ]  # fmt: skip
 
 
+def _recorded(traj):
+    """`traj`'s steps fed to an `EpisodeRecorder`, as `play_specs(record=True)` feeds them (no snapshots here)."""
+    rec = EpisodeRecorder(traj.initial_observation, traj.initial_info, snapshots=False)
+    for s in traj.steps:
+        rec.step(None, s.action, s.next_observation, s.reward, s.terminated, s.truncated, s.info)
+    rec.stop()
+    assert rec.steps == traj.steps
+    return rec
+
+
 def _keyed_backends(adv):
     """(local, pipeline, OpenRLHF) policy-turn advantages and oracle weighted advantages of the keyed group."""
     sero = SeroOptions()
@@ -213,7 +224,7 @@ def _keyed_backends(adv):
     for i, (states, actions, invalid, success) in enumerate(GROUP):
         e = Episode(0, i, None, [1], [1], [], [], [_seen(s) for s in states[: len(actions)]], list(actions),
                     [0.0] * len(actions), list(invalid), done=True, success=success)  # fmt: skip
-        e.infos, e.steps = [{"state_key": s} for s in states[: len(actions)]], list(trajs[i].steps)
+        e.infos, e.recorder = [{"state_key": s} for s in states[: len(actions)]], _recorded(trajs[i])
         episodes.append(e)
     acfg = AgentConfig(estimator="graphgpo", sero=True, max_turns=4, adv=adv, sero_opts=sero)
     found = [(episodes[o.root.trajectory], o) for o in outs if o.success]

@@ -22,7 +22,7 @@ from envkit.core import Step, Trajectory, env_success, jsonable
 from envkit.credit.advantage_options import AdvantageOptions
 from envkit.credit.defaults import TERMINAL_REWARD
 from envkit.credit.sero import widen_options
-from envkit.lifetime import taken_snapshots
+from envkit.recorder import EpisodeRecorder
 from envkit.registration import env_facts, make
 from envkit.trainers.local.generation import sample
 from envkit.trainers.local.prompt_encoding import decode, encode_prompt, encode_text
@@ -160,8 +160,7 @@ class Episode:
     action_truncated: int = 0
     seed: int | None = None
     initial_info: dict[str, Any] = field(default_factory=dict)
-    steps: list[Step] = field(default_factory=list)  # with snapshots, recorded for SERO
-    final_snapshot: Any = None
+    recorder: EpisodeRecorder | None = None  # with ``record=True``: the env steps and snapshots (SERO, branching)
     icl: bool = False  # XRPO: the first prompt carries ICL demonstrations
     noisy: bool = False  # EDEN: the first turn had a perturbed extra input position
     in_loss: bool = True  # False: the explorer dropped this episode from the loss (EDEN's top-p selection)
@@ -183,23 +182,29 @@ class Episode:
         """The token ids sampled as turn t's action."""
         return [tok for tok, k in zip(self.context[len(self.prompt_ids) :], self.turn_of_token, strict=True) if k == t]
 
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """The recorded env steps (``record=True``; empty otherwise), each with the snapshot before it."""
+        return self.recorder.steps if self.recorder is not None else ()
+
+    @property
+    def final_snapshot(self) -> Any:
+        """The final state's snapshot (`envkit.recorder`'s rule: only when the trainer cut the episode)."""
+        return self.recorder.final_snapshot if self.recorder is not None else None
+
     def snapshots(self) -> list[Any]:
         """Every snapshot this episode took (before each step, and of its final state), for discarding."""
-        return taken_snapshots(self.steps, self.final_snapshot)
+        return self.recorder.snapshots() if self.recorder is not None else []
 
     def trajectory(self, env_id: str) -> Trajectory:
-        """The episode as an `envkit.core.Trajectory` (needs ``record=True`` in `play`)."""
-        return Trajectory(
-            env_id=env_id,
-            task_id=str(self.seed),
-            seed=self.seed,
-            options={},
-            initial_observation=self.states[0],
-            initial_info=self.initial_info,
-            steps=tuple(self.steps),
-            success=self.success,
-            final_snapshot=self.final_snapshot,
-        )
+        """The episode as an `envkit.core.Trajectory` (needs ``record=True`` in `play`).
+
+        Raises:
+            ValueError: the episode was played without ``record=True``.
+        """
+        if self.recorder is None:
+            raise ValueError(f"episode {self.group}/{self.index} recorded no steps: play it with record=True")
+        return self.recorder.trajectory(env_id=env_id, task_id=str(self.seed), seed=self.seed, success=self.success)
 
 
 _ENV_CACHE: dict[str, list[Any]] = {}
@@ -298,10 +303,14 @@ def play_specs(
             )
         ep = Episode(spec.group, spec.index, env, ids, list(ids), [], [], [str(obs)], [], [], [])
         ep.seed, ep.initial_info = int(spec.seed), jsonable(info0) if record else {}
+        ep.recorder = EpisodeRecorder(obs, info0, snapshots=_has_snapshots(env)) if record else None
         ep.infos = [jsonable(info0)]
         ep.icl = spec.prompt_text is not None
         ep.noisy = spec.first_extra is not None
         episodes.append(ep)
+    for e in episodes if record and started is not None else []:  # a branch records from where it starts
+        if e.recorder is None:
+            e.recorder = EpisodeRecorder(e.states[-1], e.infos[-1] if e.infos else {}, snapshots=_has_snapshots(e.env))
     temp_of = {id(e): temperature if sp.temperature is None else sp.temperature for e, sp in zip(episodes, specs)}
     extra_of = {id(e): sp.first_extra for e, sp in zip(episodes, specs)}
     noisy_start = any(x is not None for x in extra_of.values())
@@ -337,37 +346,42 @@ def play_specs(
             e.turn_of_token += [len(e.actions)] * len(act_ids)
             e.action_truncated += int(trunc)
             text = decode(tokenizer, act_ids).strip()
-            snap = _snapshot(e.env) if record else None
+            rec = e.recorder
+            snap = e.env.snapshot() if rec is not None and rec.snapshots_on else None
             obs, reward, terminated, truncated, info = e.env.step(text)
-            if record:
-                e.steps.append(
-                    Step(e.states[-1], text, float(reward), str(obs), bool(terminated), bool(truncated),
-                         jsonable(info), snap)
-                )  # fmt: skip
+            if rec is not None:
+                rec.step(snap, text, obs, reward, terminated, truncated, info)
             e.actions.append(text)
             e.rewards.append(float(reward))
             e.invalid.append(bool(info.get("invalid", False)))
             e.success = env_success(info)
             if terminated or truncated or len(e.actions) >= cfg.max_turns:
                 e.done = True
-                if record and not (terminated or truncated):
-                    e.final_snapshot = _snapshot(e.env)
+                _stop(e)
                 continue
             more = continuation_ids(tokenizer, act_ids, str(obs), raw=False)
             if len(e.context) + len(more) + max_new_tokens > cfg.max_context_tokens:
                 # The next turn would not fit: stop here (the observation is not appended).
                 e.done, e.context_truncated = True, True
-                if record:
-                    e.final_snapshot = _snapshot(e.env)
+                _stop(e)
                 continue
             e.context += more
             e.flags += [0] * len(more)
             e.turn_of_token += [-1] * len(more)
             e.states.append(str(obs))
             e.infos.append(jsonable(info))
+    for e in episodes:  # a started episode already at the turn cap plays no turn
+        if e.recorder is not None and not e.recorder.stopped:
+            _stop(e)
     return episodes
 
 
-def _snapshot(env: Any) -> Any:
-    """The env's snapshot, or None when it has none (SERO then restores by verified replay)."""
-    return env.snapshot() if callable(getattr(env, "snapshot", None)) else None
+def _has_snapshots(env: Any) -> bool:
+    """Whether `env` takes snapshots (without them SERO restores by verified replay)."""
+    return callable(getattr(env, "snapshot", None))
+
+
+def _stop(e: Episode) -> None:
+    """End `e`'s record (with the final snapshot `envkit.recorder`'s rule asks for)."""
+    if e.recorder is not None:
+        e.recorder.stop(e.env.snapshot() if e.recorder.wants_final_snapshot else None)

@@ -36,9 +36,10 @@ from typing import Any
 import gymnasium as gym
 from openrlhf.utils.agent import AgentExecutorBase
 
-from envkit.core import Step, env_success, jsonable
+from envkit.core import env_success
 from envkit.credit.state_keys import AnchorTracker
 from envkit.lifetime import discard_many
+from envkit.recorder import EpisodeRecorder
 from envkit.trainers.openrlhf.config import BackendConfig
 from envkit.trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord, RolloutSpec, Turn
 
@@ -181,7 +182,7 @@ class GymAgentExecutor(AgentExecutorBase):
         if (self.config.sero or branch) and fork is None:
             from envkit.trainers.openrlhf.sero_rows import SeroEpisode
 
-            episode = SeroEpisode(task, str(obs), jsonable(info), env)
+            episode = SeroEpisode(task, EpisodeRecorder(obs, info, snapshots=True), env)
         tokens = _tokenize(tokenizer, render_prompt(prompt, str(obs)))
         spec = getattr(engine, "spec", None) or RolloutSpec(group="")
         want_logprobs = getattr(sampling_params, "logprobs", None) is not None
@@ -221,11 +222,7 @@ class GymAgentExecutor(AgentExecutorBase):
             snap = await asyncio.to_thread(env.snapshot) if episode is not None else None  # type: ignore[attr-defined]
             obs, reward, terminated, env_trunc, info = await asyncio.to_thread(env.step, action)
             if episode is not None:
-                episode.steps.append(
-                    Step(
-                        state, action, float(reward), str(obs), bool(terminated), bool(env_trunc), jsonable(info), snap
-                    )
-                )
+                episode.recorder.step(snap, action, obs, reward, terminated, env_trunc, info)
             total += float(reward)
             success = env_success(info)
             anchors = tracker.anchors()
@@ -254,8 +251,8 @@ class GymAgentExecutor(AgentExecutorBase):
                 logprobs.extend([0.0] * len(feedback))
         extra: dict[str, Any] = {}
         if episode is not None:
-            if not (turns and (terminated or env_trunc)):
-                episode.final_snapshot = await asyncio.to_thread(env.snapshot)  # type: ignore[attr-defined]
+            rec = episode.recorder  # the final state only when this loop cut the episode (envkit.recorder)
+            rec.stop(await asyncio.to_thread(env.snapshot) if rec.wants_final_snapshot else None)  # type: ignore[attr-defined]
             extra["episode"] = f"e{next(self._ids)}"
             self._episodes[extra["episode"]] = episode
             if branch:  # kept with its episode until finish_group (ALFWorld's snapshots are instance-scoped)

@@ -27,14 +27,14 @@ it (`envkit.lifetime.discard_many`), whether or not SERO used them.
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from envkit.core import Step, Trajectory
+from envkit.core import Trajectory
 from envkit.credit.step_table import steps_anchor_dicts
-from envkit.lifetime import taken_snapshots
+from envkit.recorder import EpisodeRecorder
 from envkit.trainers.openrlhf.config import BackendConfig
 from envkit.trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord, Turn
 
@@ -44,27 +44,17 @@ class SeroEpisode:
     """What the executor keeps of one rollout while SERO may still need it."""
 
     task: Any
-    initial_observation: str
-    initial_info: dict[str, Any]
+    recorder: EpisodeRecorder  # the steps with the snapshot before each, the final one by its rule
     env: Any = None  # the env instance that took the snapshots (they are discarded there)
-    steps: list[Step] = field(default_factory=list)
-    final_snapshot: Any = None
 
     def snapshots(self) -> list[Any]:
         """Every snapshot this episode took (before each step, and of its final state)."""
-        return taken_snapshots(self.steps, self.final_snapshot)
+        return self.recorder.snapshots()
 
     def trajectory(self, success: bool) -> Trajectory:
-        return Trajectory(
-            env_id=self.task.env_id,
-            task_id=str(self.task.seed),
-            seed=self.task.seed,
-            options=dict(self.task.options),
-            initial_observation=self.initial_observation,
-            initial_info=self.initial_info,
-            steps=tuple(self.steps),
-            success=success,
-            final_snapshot=self.final_snapshot,
+        task = self.task
+        return self.recorder.trajectory(
+            env_id=task.env_id, task_id=str(task.seed), seed=task.seed, options=task.options, success=success
         )
 
 

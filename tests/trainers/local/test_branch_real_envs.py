@@ -14,7 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from envkit.core import Step, jsonable  # noqa: E402
+from envkit.core import jsonable  # noqa: E402
+from envkit.recorder import EpisodeRecorder  # noqa: E402
 from envkit.runtime.models import ModelConfig  # noqa: E402
 from envkit.trainers.local.explorers.branch import fork  # noqa: E402
 from envkit.trainers.local.multi_turn import AgentConfig, Episode  # noqa: E402
@@ -38,13 +39,14 @@ def _backbone(env: Any, reset: dict[str, Any], choose) -> tuple[Episode, list[tu
     with stand-in token ids: turn k's action is one id, its observation one more."""
     obs, info = env.reset(**reset)
     ep = Episode(0, 0, env, [0], [0], [], [], [str(obs)], [], [], [])
+    ep.recorder = EpisodeRecorder(obs, info, snapshots=True)
     transitions = []
     for k in range(6):
         action = choose(k, info)
         snap = env.snapshot()
         out = env.step(action)
         transitions.append(_transition(out))
-        ep.steps.append(Step(ep.states[-1], action, float(out[1]), str(out[0]), out[2], out[3], jsonable(out[4]), snap))
+        ep.recorder.step(snap, action, *out)
         ep.actions.append(action)
         ep.rewards.append(float(out[1]))
         ep.invalid.append(bool(out[4].get("invalid", False)))
