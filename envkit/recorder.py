@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, SupportsFloat
 
 from envkit.core import Step, Trajectory, env_success, jsonable
 from envkit.errors import EnvkitError
@@ -108,7 +108,7 @@ class EpisodeRecorder:
         snapshot: Any,
         action: str,
         next_observation: Any,
-        reward: float,
+        reward: SupportsFloat,
         terminated: bool,
         truncated: bool,
         info: Mapping[str, Any],

@@ -133,11 +133,11 @@ def rollout(
             dict(zip(wanted, pool.call_many([(w, "snapshot", (), {}) for w in wanted]), strict=True)) if wanted else {}
         )
         for w in ends:
-            res = snaps.get(w)
-            if res is not None and not res.ok:
-                finish(w, active[w], failed=f"the final snapshot failed: {res.error}")
+            got = snaps.get(w)
+            if got is not None and not got.ok:
+                finish(w, active[w], failed=f"the final snapshot failed: {got.error}")
             else:
-                finish(w, active[w], final_snapshot=res.value if res is not None else None)
+                finish(w, active[w], final_snapshot=got.value if got is not None else None)
     if bar is not None:
         bar.close()
     return [r for r in results if r is not None]

@@ -5,7 +5,7 @@ One function for every backend (the local trainer, ``envkit-oracle rollout``, th
     sero_advantages(policy: StepTable, rescues: Sequence[Rescue], adv: AdvantageOptions, sero: SeroOptions)
         -> SeroAdvantages
 
-``policy`` is EXACTLY the table the backend gives plain GraphGPO (`graphgpo_advantages(policy, **adv.graphgpo_kwargs())`),
+``policy`` is EXACTLY the table the backend gives plain GraphGPO (`turn_credit(policy, "graphgpo", adv)`),
 ``rescues`` the successful oracle continuations with the policy's log-likelihood ``l_j`` of each oracle action.
 The design (docs/methods.md gives the reasons):
 
@@ -48,11 +48,12 @@ from typing import Any
 import numpy as np
 
 from envkit.credit.advantage_options import AdvantageOptions
-from envkit.credit.advantages import GraphgpoResult, graphgpo_advantages, group_normalize
+from envkit.credit.advantages import GraphgpoResult, group_normalize
 from envkit.credit.graph import SUCCESS_NODE, TERMINAL_NODE
 from envkit.credit.sero import SeroOptions
 from envkit.credit.state_keys import StateKeyKind
 from envkit.credit.step_table import StepRows, StepTable, steps_anchors
+from envkit.credit.turn_credit import turn_credit
 
 __all__ = ["OracleCredit", "PolicyCredit", "Rescue", "SeroAdvantages", "sero_advantages"]
 
@@ -313,11 +314,10 @@ def sero_advantages(
     """
     adv = adv or AdvantageOptions()
     sero = sero or SeroOptions()
-    kw = adv.graphgpo_kwargs()
-    plain = graphgpo_advantages(policy, **kw)
+    plain = turn_credit(policy, "graphgpo", adv)
     n = len(policy)
     rescues = tuple(rescues)
-    aug = graphgpo_advantages(_rescued_table(policy, rescues), **kw)
+    aug = turn_credit(_rescued_table(policy, rescues), "graphgpo", adv)
     is_policy = np.zeros(len(aug.distance), dtype=bool)
     is_policy[:n] = True
     anchor = _anchor_codes(policy, rescues)

@@ -14,12 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from envkit.credit.advantages import (
-    gigpo_advantages,
-    graphgpo_advantages,
-    group_advantages,
-    zero_advantage_fraction,
-)
+from envkit.credit.advantages import group_advantages, zero_advantage_fraction
+from envkit.credit.turn_credit import turn_credit
 from envkit.trainers.local.contracts import AgentExplorer, Budget, step_seed
 from envkit.trainers.local.episode_steps import _success_reward, episodes_state_key, step_table
 from envkit.trainers.local.multi_turn import AgentConfig, Episode
@@ -117,10 +113,8 @@ def _episode_metrics(episodes: list[Episode], per_episode: list[np.ndarray], cfg
 def _turn_advantages(episodes: list[Episode], cfg: AgentConfig) -> list[np.ndarray]:
     """Per episode, the advantage of each of its turns under `cfg.estimator` (no SERO)."""
     table = step_table(episodes, cfg)
-    if cfg.estimator == "gigpo":
-        row_adv = gigpo_advantages(table, **cfg.adv.gigpo_kwargs()).advantages
-    elif cfg.estimator == "graphgpo":
-        row_adv = graphgpo_advantages(table, **cfg.adv.graphgpo_kwargs()).advantages
+    if cfg.estimator == "gigpo" or cfg.estimator == "graphgpo":  # the turn estimators (TURN_ESTIMATORS)
+        row_adv = turn_credit(table, cfg.estimator, cfg.adv).advantages
     else:
         ep_adv = group_advantages([float(e.success) for e in episodes], [e.group for e in episodes], cfg.estimator)
         row_adv = np.concatenate([np.full(len(e.actions), a) for e, a in zip(episodes, ep_adv, strict=True)])

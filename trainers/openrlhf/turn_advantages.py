@@ -19,16 +19,11 @@ from typing import Any
 
 import numpy as np
 
-from envkit.credit.advantages import (
-    StepTable,
-    gigpo_advantages,
-    graphgpo_advantages,
-    group_advantages,
-    zero_advantage_fraction,
-)
+from envkit.credit.advantages import StepTable, group_advantages, zero_advantage_fraction
 from envkit.credit.graph import TERMINAL_NODE
 from envkit.credit.state_keys import StateKeyKind
 from envkit.credit.step_table import StepRows
+from envkit.credit.turn_credit import turn_credit
 from envkit.trainers.openrlhf.config import BackendConfig
 from envkit.trainers.openrlhf.rollout_records import RolloutRecord, Turn
 
@@ -207,12 +202,7 @@ def compute_turn_advantages(rows: Sequence[SampleRow], cfg: BackendConfig, step:
     else:
         table, owner = _step_table(rows, groups, cfg)
         stats[f"state_key_{turns_state_key(rows, cfg)}"] = 1.0
-        a = cfg.adv
-        common = {"episode_stats": a.episode_stats, "norm": a.norm, "invalid_penalty": a.invalid_penalty, "eps": a.eps}
-        if cfg.advantage == "gigpo":
-            adv = gigpo_advantages(table, gamma=a.gamma, omega=a.omega, **common).advantages  # type: ignore[arg-type]
-        else:
-            adv = graphgpo_advantages(table, **a.graphgpo_kwargs()).advantages
+        adv = turn_credit(table, cfg.advantage, cfg.adv).advantages
         per_turn = [np.zeros(turn_counts[i]) for i in range(n)]
         pos = [0] * n
         for t, i in enumerate(owner):
