@@ -41,6 +41,10 @@ class ResetNeededError(EnvkitError, RuntimeError):
     """An episode method was called before `reset()` or after the episode ended."""
 
 
+class RecorderError(EnvkitError, ValueError):
+    """An episode was fed to `envkit.recorder.EpisodeRecorder` out of order or with bad values."""
+
+
 class DataNotFoundError(EnvkitError, FileNotFoundError):
     """Data or weights a component needs are not on disk."""
 

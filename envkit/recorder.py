@@ -40,15 +40,10 @@ from collections.abc import Mapping
 from typing import Any, SupportsFloat
 
 from envkit.core import Step, Trajectory, env_success, jsonable
-from envkit.errors import EnvkitError
+from envkit.errors import RecorderError
 from envkit.lifetime import taken_snapshots
 
 __all__ = ["EpisodeRecorder", "RecorderError"]
-
-
-class RecorderError(EnvkitError):
-    """An episode was fed out of order (a step after the end, a missing or unwanted snapshot, ...)."""
-
 
 class EpisodeRecorder:
     """The steps of one episode, from values (see the module docstring).
