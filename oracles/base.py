@@ -15,8 +15,9 @@ from typing import Any, Protocol, runtime_checkable
 
 import gymnasium as gym
 
-from envkit.core import Step, env_success, jsonable
+from envkit.core import Step, env_success
 from envkit.errors import EnvkitError, UnknownEnvError
+from envkit.recorder import EpisodeRecorder
 from envkit.registration import ENVS, env_facts
 
 
@@ -113,23 +114,20 @@ def run_oracle(
         oracle.start(env, observation, info)
     except OracleGaveUp as exc:
         return OracleRun((), False, f"oracle gave up at start: {exc}")
-    steps: list[Step] = []
+    rec = EpisodeRecorder(observation, info, snapshots=snapshot_steps)  # the oracle's steps (envkit.recorder)
     for _ in range(max_steps):
         try:
             action = oracle.act(observation, info)
         except OracleGaveUp as exc:
-            return OracleRun(tuple(steps), False, f"oracle gave up: {exc}")
+            return OracleRun(rec.steps, False, f"oracle gave up: {exc}")
         snap = env.snapshot() if snapshot_steps else None  # type: ignore[attr-defined]
-        nxt, reward, term, trunc, info = env.step(action)
-        steps.append(
-            Step(observation, action, float(reward), nxt, bool(term), bool(trunc), jsonable(info), snap, is_oracle=True)
-        )
-        observation = nxt
+        observation, _, term, trunc, info = out = env.step(action)
+        rec.step(snap, action, *out, is_oracle=True)
         if env_success(info):
-            return OracleRun(tuple(steps), True, "")
+            return OracleRun(rec.steps, True, "")
         if term or trunc:
-            return OracleRun(tuple(steps), False, "episode ended without success")
-    return OracleRun(tuple(steps), False, f"step budget of {max_steps} spent")
+            return OracleRun(rec.steps, False, "episode ended without success")
+    return OracleRun(rec.steps, False, f"step budget of {max_steps} spent")
 
 
 def oracle_run_to_json(run: OracleRun) -> dict[str, Any]:
