@@ -45,6 +45,7 @@ from envkit.lifetime import taken_snapshots
 
 __all__ = ["EpisodeRecorder", "RecorderError"]
 
+
 class EpisodeRecorder:
     """The steps of one episode, from values (see the module docstring).
 

@@ -3,6 +3,7 @@ and every out-of-order or bad input refused with an error that says what to do."
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -36,7 +37,7 @@ def test_steps_are_exactly_what_the_env_returned_with_the_snapshot_before_each()
     assert [(x.terminated, x.truncated) for x in s] == [(False, False)] * 3 + [(True, False)]
     assert [x.info["invalid"] for x in s] == [False, True, False, False]
     assert s[0].observation == obs and rec.initial_observation == obs
-    for a, b in zip(s, s[1:]):
+    for a, b in itertools.pairwise(s):
         assert b.observation == a.next_observation  # the chain of states, no gap
     for k, x in enumerate(s):  # the snapshot before step k restores the state step k acted in
         assert env.restore(x.snapshot)[0] == x.observation, k
@@ -111,7 +112,7 @@ def test_out_of_order_and_bad_input_is_refused_with_a_fix():
         rec.step(None, "a", "x", 0.0, False, False, {})
 
     live = EpisodeRecorder(*env.reset(seed=0, options={"goal": 3, "length": 4}), snapshots=True)
-    with pytest.raises(RecorderError, match="no snapshot of the state before it; take env.snapshot"):
+    with pytest.raises(RecorderError, match=r"no snapshot of the state before it; take env\.snapshot"):
         live.step(None, "right", *env.step("right"))
     assert len(live) == 0  # nothing half-recorded
     with pytest.raises(RecorderError, match="trajectory\\(\\) before stop\\(\\)"):
