@@ -1,6 +1,6 @@
 """`turn_credit`: the one call that turns a step table into per-turn advantages, for every caller.
 
-The local trainer (`envkit.trainers.local.agent_batch`), the OpenRLHF backend
+The local trainer (`envkit.trainers.local.agent_source`), the OpenRLHF backend
 (`envkit.trainers.openrlhf.turn_advantages`) and SERO's credit (`envkit.credit.sero_advantages.sero_advantages`,
 which ``envkit-oracle rollout`` and both trainers call) build their `StepTable` their own way (token episodes,
 rollout records, trajectories), then all credit it here: the estimator's name and the `AdvantageOptions` go in,

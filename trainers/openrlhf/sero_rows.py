@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from envkit.core import Trajectory
+from envkit.core import Step, Trajectory
 from envkit.credit.step_table import steps_anchor_dicts
 from envkit.recorder import EpisodeRecorder
 from envkit.trainers.openrlhf.config import BackendConfig
@@ -46,6 +46,19 @@ class SeroEpisode:
     task: Any
     recorder: EpisodeRecorder  # the steps with the snapshot before each, the final one by its rule
     env: Any = None  # the env instance that took the snapshots (they are discarded there)
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """The recorded steps, each with the snapshot of the state before it."""
+        return self.recorder.steps
+
+    @property
+    def initial_observation(self) -> str:
+        return self.recorder.initial_observation
+
+    @property
+    def initial_info(self) -> dict[str, Any]:
+        return self.recorder.initial_info
 
     def snapshots(self) -> list[Any]:
         """Every snapshot this episode took (before each step, and of its final state)."""

@@ -157,8 +157,8 @@ def test_fork_slot_plays_nothing_and_fork_start_checks_the_restore():
     import gymnasium as gym
 
     import envkit  # noqa: F401  (registers envkit/Toy-v0)
-    from envkit.core import Step, jsonable
     from envkit.credit.state_keys import AnchorTracker
+    from envkit.recorder import EpisodeRecorder
     from envkit.trainers.openrlhf.branch_rows import fork_start
     from envkit.trainers.openrlhf.gym_executor import GymAgentExecutor, RolloutTask
     from envkit.trainers.openrlhf.rollout_records import RolloutRecord, RolloutSpec, Turn
@@ -170,12 +170,12 @@ def test_fork_slot_plays_nothing_and_fork_start_checks_the_restore():
     task = RolloutTask("envkit/Toy-v0", 0, {"goal": 3, "length": 6})
     env = gym.make(task.env_id)
     obs, info = env.reset(seed=0, options=task.options)
-    ep = SeroEpisode(task, str(obs), jsonable(info), env)
+    ep = SeroEpisode(task, EpisodeRecorder(obs, info, snapshots=True), env)
     tracker, turns = AnchorTracker(str(obs), info), []
     for k, action in enumerate(["right", "stay", "right"]):
         snap = env.snapshot()
         nxt, r, term, trunc, info = env.step(action)
-        ep.steps.append(Step(str(obs), action, float(r), str(nxt), term, trunc, jsonable(info), snap))
+        ep.recorder.step(snap, action, nxt, r, term, trunc, info)
         turns.append(Turn(str(obs), action, float(r), False, 10 + 4 * k, 12 + 4 * k, anchors=tracker.anchors()))
         tracker.step(action, str(nxt), info)
         obs = nxt
