@@ -26,6 +26,7 @@ from envkit.credit.sero import SeroConfig, SeroOptions, widen_options
 from envkit.credit.state_keys import StateKeyKind
 from envkit.registration import ENVS, EnvEntry, env_facts
 from envkit.runtime.command_line import key_values
+from envkit.runtime.models import DEVICE
 
 __all__ = ["DEFAULT_ENV", "OracleSeroOptions", "RunConfig"]
 
@@ -87,7 +88,7 @@ class RunConfig:
         field(default_factory=dict)
     )
     """Oracle constructor argument KEY=VALUE (repeatable; e.g. ALFWorld ``strategy=...``)."""
-    device: str = "auto"
+    device: str = DEVICE
     """Device of model policies/scorers: auto | cpu | cuda."""
     # --- how steps are credited ---
     sero: OracleSeroOptions = field(default_factory=OracleSeroOptions)

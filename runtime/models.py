@@ -30,38 +30,42 @@ if TYPE_CHECKING:  # transformers is heavy: imported only where a model is built
     from transformers import PreTrainedModel, PreTrainedTokenizerBase, PreTrainedTokenizerFast
 
 ARITH_CHARS = "0123456789+="
+DEVICE = "auto"
+"""The default device of every model a front end loads (`ModelConfig.device`, ``envkit-oracle``'s ``--device``):
+cuda when torch sees a GPU, else cpu (`resolve_device`)."""
+DEVICES = ("cpu", "cuda", "auto")
 SPECIALS = ("<pad>", "<bos>", "<eos>")
 
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """Which model to train.
+    """Which model to train."""
 
-    Attributes:
-        path: Local folder, ``.gguf`` file, ``smollm2``, ``tiny:arith`` or ``tiny:bytes`` (see the module doc).
-        device: ``cpu``, ``cuda`` or ``auto`` (cuda when available).
-        dtype: ``float32`` or ``bfloat16`` (bf16 only makes sense on a GPU).
-        hidden_size: Tiny models: width.
-        layers: Tiny models: number of decoder layers.
-        heads: Tiny models: attention heads (2 key/value heads when divisible).
-        max_positions: Tiny models: `max_position_embeddings` of the config (RoPE has no hard limit; transformers
-            warns past it). Multi-turn contexts of the byte-level model run to thousands of tokens.
-        init_seed: Tiny models: seed of the random initialisation.
-    """
-
+    # --- which model ---
     path: str = "tiny:arith"
-    device: str = "auto"
+    """Local folder, ``.gguf`` file, ``smollm2``, ``tiny:arith`` or ``tiny:bytes`` (see the module doc)."""
+    # --- where it runs ---
+    device: str = DEVICE
+    """``cpu``, ``cuda`` or ``auto`` (cuda when available)."""
     dtype: str = "float32"
+    """``float32`` or ``bfloat16`` (bf16 only makes sense on a GPU)."""
+    # --- tiny models (``tiny:*``) only ---
     hidden_size: int = 128
+    """Tiny models: width."""
     layers: int = 4
+    """Tiny models: number of decoder layers."""
     heads: int = 4
+    """Tiny models: attention heads (2 key/value heads when divisible)."""
     max_positions: int = 8192
+    """Tiny models: `max_position_embeddings` of the config (RoPE has no hard limit; transformers warns past it).
+    Multi-turn contexts of the byte-level model run to thousands of tokens."""
     init_seed: int = 0
+    """Tiny models: seed of the random initialisation."""
 
     def __post_init__(self) -> None:
         if self.dtype not in ("float32", "bfloat16"):
             raise ValueError(f"ModelConfig.dtype must be 'float32' or 'bfloat16', got {self.dtype!r}")
-        if self.device not in ("cpu", "cuda", "auto"):
+        if self.device not in DEVICES:
             raise ValueError(f"ModelConfig.device must be 'cpu', 'cuda' or 'auto', got {self.device!r}")
         if self.hidden_size % self.heads:
             raise ValueError(f"ModelConfig.hidden_size ({self.hidden_size}) must be divisible by heads ({self.heads})")

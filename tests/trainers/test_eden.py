@@ -15,6 +15,7 @@ from envkit.trainers.explorers.anchors import (
     select_anchors,
 )
 from envkit.trainers.explorers.eden import (
+    EdenBankConfig,
     EdenConfig,
     absorb,
     build_anchor_bank,
@@ -35,9 +36,15 @@ def _bank(k: int = 8, d: int = 256, seed: int = 0) -> AnchorBank:
 
 def test_config_defaults_and_validation():
     cfg = EdenConfig()
-    assert (cfg.n_noisy, cfg.n_standard(16), cfg.rho, cfg.n_anchors) == (4, 12, 0.12, 8)
-    assert cfg.kl_coef == 0.0 and cfg.entropy_coef == 0.001
+    assert (cfg.n_noisy, cfg.n_standard(16), cfg.rho) == (4, 12, 0.12)
     assert not hasattr(cfg, "group_size")  # the run owns the group size
+    # the update is the trainer's (LossConfig), the bank selection the local trainer's (EdenBankConfig)
+    assert not any(hasattr(cfg, k) for k in ("eps_low", "eps_high", "kl_coef", "entropy_coef", "n_anchors", "max_cos"))
+    bank_cfg = EdenBankConfig()
+    assert (bank_cfg.n_anchors, bank_cfg.max_cos, bank_cfg.n_selection_prompts, bank_cfg.n_noisy) == (8, 0.5, 200, 4)
+    for bad in ({"n_anchors": 0}, {"max_cos": 0.0}, {"fixed_anchor_index": 8}):
+        with pytest.raises(ValueError, match="EdenBankConfig"):
+            EdenBankConfig(**bad)  # type: ignore[arg-type]
     for size in (4, 1):  # n_noisy must leave a standard rollout of the run's group, and a group has >= 2
         with pytest.raises(ValueError, match="run's group size"):
             cfg.n_standard(size)
@@ -195,7 +202,7 @@ def test_anchor_score_and_build_bank():
     rng = np.random.default_rng(0)
     emb = rng.standard_normal((40, 64))
     vocab = [f"Ġw{chr(97 + i % 26)}x" if i % 2 == 0 else str(i) for i in range(40)]
-    bank = build_anchor_bank(emb, vocab, lambda t: AnchorScore(1.0, t / 40, 0.0), EdenConfig(n_anchors=3), rng)
+    bank = build_anchor_bank(emb, vocab, lambda t: AnchorScore(1.0, t / 40, 0.0), EdenBankConfig(n_anchors=3), rng)
     assert len(bank) == 3 and all(t % 2 == 0 for t in bank.token_ids)
     assert np.all(np.abs(bank.cosine_matrix()[np.triu_indices(3, 1)]) < 0.5)
 

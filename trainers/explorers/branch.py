@@ -41,31 +41,30 @@ __all__ = ["BranchConfig", "admit", "worst_cost"]
 
 @dataclass(frozen=True)
 class BranchConfig:
-    """Branching-rollout settings (docs/methods.md section 8; every default is ours: the paper's are not public).
+    """Branching-rollout settings (docs/methods.md section 8; every default is ours: the paper's are not public)."""
 
-    Attributes:
-        points: M, the most branch points per task and step.
-        branches: K, new actions forked at each point (the backbone's own action is one more sibling).
-        backbones: Backbone episodes per task; None: ``ceil(group_size / 2)``.
-        budget_steps: Env steps per task and step (backbones + branches), >= 1; None: the baseline's
-            ``group_size * max_turns``. Set it to a baseline run's measured mean to match actual use.
-        reserve: What a point reserves of the budget before its branches run: ``"worst"`` (K x the turns left to
-            ``max_turns``: branches can never exceed the budget) or ``"backbone"`` (K x the turns the backbone
-            itself took from there: an estimate, so short-episode envs get branches under a budget matched to
-            measured use; a step can overrun, logged as ``branch_budget_overrun``, and a script that matches
-            cumulative env steps takes it back next step).
-        loo_weight: Weight of the leave-one-out sibling advantage.
-        estimator_weight: Weight of the run's estimator advantage (``agent.estimator`` on every trajectory of
-            the tree as a full episode); 0 trains on the leave-one-out term alone.
-    """
-
+    # --- the tree ---
     points: int = 4
+    """M, the most branch points per task and step."""
     branches: int = 2
+    """K, new actions forked at each point (the backbone's own action is one more sibling)."""
     backbones: int | None = None
+    """Backbone episodes per task; None: ``ceil(group_size / 2)``."""
+    # --- budget ---
     budget_steps: int | None = None
+    """Env steps per task and step (backbones + branches), >= 1; None: the baseline's ``group_size * max_turns``. Set it
+    to a baseline run's measured mean to match actual use."""
     reserve: Literal["worst", "backbone"] = "worst"
+    """What a point reserves of the budget before its branches run: ``"worst"`` (K x the turns left to ``max_turns``:
+    branches can never exceed the budget) or ``"backbone"`` (K x the turns the backbone itself took from there: an
+    estimate, so short-episode envs get branches under a budget matched to measured use; a step can overrun, logged
+    as ``branch_budget_overrun``, and a script that matches cumulative env steps takes it back next step)."""
+    # --- credit ---
     loo_weight: float = 1.0
+    """Weight of the leave-one-out sibling advantage."""
     estimator_weight: float = 1.0
+    """Weight of the run's estimator advantage (``agent.estimator`` on every trajectory of the tree as a full episode);
+    0 trains on the leave-one-out term alone."""
 
     def __post_init__(self) -> None:
         if self.points < 1 or self.branches < 1:

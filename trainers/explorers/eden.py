@@ -1,7 +1,8 @@
 """EDEN: Embedding-space Directional Exploration via anchored Noise (docs/methods.md section 5), backend-agnostic maths.
 
 API summary (numpy; the engines that generate and score live in trainers/local/trainer.py and trainers/openrlhf/):
-    EdenConfig(n_noisy=4, rho=0.12, n_anchors=8, top_p=0.5, gamma=0.5, tau_r=1.0, ...)
+    EdenConfig(n_noisy=4, rho=0.12, top_p=0.5, gamma=0.5, tau_r=1.0, ...)   rollouts and credit (both trainers)
+    EdenBankConfig(EdenConfig, n_anchors=8, max_cos=0.5, ...)               + anchor-bank selection (local)
     build_anchor_bank(embeddings (V, d), vocab, score_fn, config, rng) -> AnchorBank     (see explorers.anchors)
     noisy_mask(n_prompts, group_size, n_noisy) -> (P * G,) bool            the last n_noisy rows of each group
     perturb(anchor (d,), n, rho, rng) -> (n, d)    e~ = e_b + rho * ||e_b|| * eps / sqrt(d), eps ~ N(0, I)
@@ -16,7 +17,8 @@ How a trainer uses it, per step: draw ``rows = draw_noisy_rows(bank, P, cfg, rng
 rollouts of each prompt at ``tau_r`` and the K_n noisy ones at ``noisy_temperature(step)`` from the prompt's
 embeddings with ONE extra position ``rows.rows[p, j]`` appended; score binary rewards; ``eden_advantages`` gives
 the advantages and the loss mask; the update scores every kept rollout under the CLEAN prompt (the extra position
-never reaches the loss) with the clipped objective, beta=0, entropy bonus ``cfg.entropy_coef``.
+never reaches the loss) with the trainer's clipped objective (the local `LossConfig`; the paper's: beta=0,
+eps_high 0.28, entropy bonus 0.001).
 
 Ablations (``EdenConfig.ablation``): "anchored" (the method), "rho0" (the bare anchor row, rho = 0),
 "no_anchor" (norm-matched isotropic noise, no anchor direction), "random_anchor_per_rollout" (each noisy rollout
@@ -39,6 +41,7 @@ from envkit.trainers.explorers.anchors import AnchorBank, AnchorScore, candidate
 __all__ = [
     "ABLATIONS",
     "AnchorBank",
+    "EdenBankConfig",
     "EdenConfig",
     "EdenResult",
     "NoisyDraw",
@@ -59,71 +62,55 @@ ABLATIONS: tuple[str, ...] = ("anchored", "rho0", "no_anchor", "random_anchor_pe
 
 @dataclass(frozen=True)
 class EdenConfig:
-    """EDEN settings (docs/methods.md section 5). The group size G (standard + noisy rollouts per prompt) is the
-    run's (``TrainConfig.group_size``, OpenRLHF's ``n_samples_per_prompt``), not EDEN's: `n_standard(G)` checks
-    ``n_noisy < G``.
+    """EDEN's rollout and credit settings (docs/methods.md section 5), read by both trainers.
 
-    Attributes:
-        n_noisy: Noisy rollouts per prompt K_n (4 of G = 16: 25% is best, 50% falls back to GRPO level).
-        rho: Relative noise norm (0.12; 0.18 for some models); angle to the anchor ~ arctan(rho).
-        n_anchors: Anchor-bank size K (8).
-        top_p: Share of noisy rollouts kept batch-wide, by |A| rank (0.5, ours).
-        gamma: Factor on the kept noisy rollouts' advantages, in (0, 1] (0.5, ours).
-        tau_r: Temperature of standard rollouts (1.0).
-        tau_n_start: Noisy-rollout temperature at step 0 (0.6, ours).
-        tau_n_end: Noisy-rollout temperature after the warm-up (1.0, ours).
-        warmup_steps: Length of the cosine warm-up of tau_n in training steps (50, ours).
-        ablation: "anchored", "rho0", "no_anchor", "random_anchor_per_rollout" or "fixed_anchor".
-        fixed_anchor_index: Bank index used by the "fixed_anchor" ablation.
-        n_selection_prompts: Training prompts used to score anchor candidates (200).
-        candidate_percentiles: Embedding-norm band of the candidates (25th-75th percentile).
-        max_cos: Pairwise cosine bound of the chosen anchors (0.5).
-        max_scored: Candidates scored during selection, drawn at random (64, ours; None: all).
-        min_validity: Candidates whose noisy outputs are well-formed less often are never chosen (0.5, ours).
-        entropy_coef: Entropy bonus alpha of the update (0.001).
-        kl_coef: KL-loss beta of the update (0: none).
-        eps_low: Lower clip range of the update (0.2).
-        eps_high: Upper clip range (0.28, clip-higher; ours).
+    The group size G (standard + noisy rollouts per prompt) is the run's (``TrainConfig.group_size``, OpenRLHF's
+    ``n_samples_per_prompt``), not EDEN's: `n_standard(G)` checks ``n_noisy < G``. The update (clip range, KL,
+    entropy bonus) is the trainer's (the local `LossConfig`, OpenRLHF's own flags); the paper's update is
+    ``--loss.eps-high 0.28 --loss.entropy-coef 0.001``. How an anchor bank is built is `EdenBankConfig`'s (the
+    local trainer selects one; OpenRLHF is given one).
     """
 
+    # --- noisy rollouts ---
     n_noisy: int = 4
+    """Noisy rollouts per prompt K_n (4 of G = 16: 25% is best, 50% falls back to GRPO level)."""
     rho: float = 0.12
-    n_anchors: int = 8
-    top_p: float = 0.5
-    gamma: float = 0.5
-    tau_r: float = 1.0
-    tau_n_start: float = 0.6
-    tau_n_end: float = 1.0
-    warmup_steps: int = 50
+    """Relative noise norm (0.12; 0.18 for some models); angle to the anchor ~ arctan(rho)."""
     ablation: Ablation = "anchored"
+    """One of "anchored" (the method), "rho0", "no_anchor", "random_anchor_per_rollout", "fixed_anchor"."""
     fixed_anchor_index: int = 0
-    n_selection_prompts: int = 200
-    candidate_percentiles: tuple[float, float] = (25.0, 75.0)
-    max_cos: float = 0.5
-    max_scored: int | None = 64
-    min_validity: float = 0.5
-    entropy_coef: float = 0.001
-    kl_coef: float = 0.0
-    eps_low: float = 0.2
-    eps_high: float = 0.28
+    """Bank index used by the "fixed_anchor" ablation."""
+    # --- credit of the noisy rollouts ---
+    top_p: float = 0.5
+    """Share of noisy rollouts kept batch-wide, by |A| rank (0.5, ours)."""
+    gamma: float = 0.5
+    """Factor on the kept noisy rollouts' advantages, in (0, 1] (0.5, ours)."""
+    # --- temperatures ---
+    tau_r: float = 1.0
+    """Temperature of standard rollouts (1.0)."""
+    tau_n_start: float = 0.6
+    """Noisy-rollout temperature at step 0 (0.6, ours)."""
+    tau_n_end: float = 1.0
+    """Noisy-rollout temperature after the warm-up (1.0, ours)."""
+    warmup_steps: int = 50
+    """Length of the cosine warm-up of tau_n in training steps (50, ours)."""
 
     def __post_init__(self) -> None:
-        checks = [
+        self._check(
             (self.n_noisy >= 0, f"n_noisy must be >= 0, got {self.n_noisy}"),
             (self.rho >= 0.0, f"rho must be >= 0, got {self.rho}"),
-            (self.n_anchors >= 1, f"n_anchors must be >= 1, got {self.n_anchors}"),
             (0.0 < self.top_p <= 1.0, f"top_p must be in (0, 1], got {self.top_p}"),
             (0.0 < self.gamma <= 1.0, f"gamma must be in (0, 1], got {self.gamma}"),
             (min(self.tau_r, self.tau_n_start, self.tau_n_end) > 0, "temperatures tau_r, tau_n_* must be > 0"),
             (self.warmup_steps >= 0, f"warmup_steps must be >= 0, got {self.warmup_steps}"),
             (self.ablation in ABLATIONS, f"ablation must be one of {ABLATIONS}, got {self.ablation!r}"),
-            (0 <= self.fixed_anchor_index < self.n_anchors, "fixed_anchor_index must be in [0, n_anchors)"),
-            (0.0 < self.max_cos <= 1.0, f"max_cos must be in (0, 1], got {self.max_cos}"),
-            (0.0 <= self.eps_low < 1.0 and self.eps_high >= 0.0, "need 0 <= eps_low < 1 and eps_high >= 0"),
-        ]
+            (self.fixed_anchor_index >= 0, f"fixed_anchor_index must be >= 0, got {self.fixed_anchor_index}"),
+        )
+
+    def _check(self, *checks: tuple[bool, str]) -> None:
         for ok, msg in checks:
             if not ok:
-                raise ValueError(f"EdenConfig: {msg}")
+                raise ValueError(f"{type(self).__name__}: {msg}")
 
     def n_standard(self, group_size: int) -> int:
         """Standard rollouts per prompt K_r = G - K_n of the run's group size G.
@@ -144,11 +131,41 @@ class EdenConfig:
         return 0.0 if self.ablation == "rho0" else self.rho
 
 
+@dataclass(frozen=True)
+class EdenBankConfig(EdenConfig):
+    """`EdenConfig` plus how the anchor bank is selected (`build_anchor_bank`; the local trainer's ``--eden``).
+
+    OpenRLHF is given its bank (``--eden-bank`` / ``--eden-anchors``), so it takes the plain `EdenConfig`.
+    """
+
+    # --- anchor-bank selection ---
+    n_anchors: int = 8
+    """Anchor-bank size K (8)."""
+    n_selection_prompts: int = 200
+    """Training prompts used to score anchor candidates (200)."""
+    candidate_percentiles: tuple[float, float] = (25.0, 75.0)
+    """Embedding-norm band of the candidates (25th-75th percentile)."""
+    max_cos: float = 0.5
+    """Pairwise cosine bound of the chosen anchors (0.5)."""
+    max_scored: int | None = 64
+    """Candidates scored during selection, drawn at random (64, ours; None: all)."""
+    min_validity: float = 0.5
+    """Candidates whose noisy outputs are well-formed less often are never chosen (0.5, ours)."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self._check(
+            (self.n_anchors >= 1, f"n_anchors must be >= 1, got {self.n_anchors}"),
+            (self.fixed_anchor_index < self.n_anchors, "fixed_anchor_index must be in [0, n_anchors)"),
+            (0.0 < self.max_cos <= 1.0, f"max_cos must be in (0, 1], got {self.max_cos}"),
+        )
+
+
 def build_anchor_bank(
     embeddings: np.ndarray,
     vocab: Sequence[str],
     score_fn: Callable[[int], AnchorScore],
-    config: EdenConfig = EdenConfig(),
+    config: EdenBankConfig = EdenBankConfig(),
     rng: np.random.Generator | None = None,
 ) -> AnchorBank:
     """Candidates from the model's input embeddings, then greedy complementary selection (explorers.anchors).

@@ -58,42 +58,45 @@ class XrpoConfig:
     The group size n (the baseline's rollouts per prompt; the step's total budget is ``n_prompts * n``) is the
     run's (``TrainConfig.group_size``, OpenRLHF's ``n_samples_per_prompt``), not XRPO's: `check_group(n)` checks
     the settings against it.
-
-    Attributes:
-        n0: Phase-1 rollouts per prompt (the paper uses n0 >= 4; at least 2 for a sample std; at most n).
-        n_max: Optional cap on rollouts per prompt (>= n so the budget can always be spent).
-        n_phases: Number of phases including phase 1 (3).
-        chunk_size: Rollouts handed to the top-priority prompt per greedy pick (2, ours).
-        alpha: t-interval level: half-width uses t_{1 - alpha/2, n-1} (0.05).
-        lam: Exploration-bonus weight lambda (0.03, ours).
-        icl: Seed all-fail prompts with ICL examples.
-        icl_k: Examples per ICL prefix (2).
-        icl_backend: Similarity backend of the corpus: auto, embedding, bm25, tfidf.
-        icl_model_path: Local sentence-embedding model folder (optional).
-        icl_loss_prompt: Prompt the loss sees for ICL-seeded rollouts: ``augmented`` (the ICL-prefixed prompt
-            they were sampled from; ours) or ``clean`` (the plain prompt: the policy learns to produce the
-            demonstrated answer without the demonstrations, off-policy with respect to that prompt).
-        sharpen: Apply novelty-guided sharpening to correct rollouts.
-        lambda_n: Sharpening strength (2.5).
-        kappa: Sharpening cap relative to A (0.5).
-        success_threshold: A rollout with reward > this is a success (all-fail test, corpus).
     """
 
+    # --- phased rollout budget ---
     n0: int = 4
+    """Phase-1 rollouts per prompt (the paper uses n0 >= 4; at least 2 for a sample std; at most n)."""
     n_max: int | None = None
+    """Optional cap on rollouts per prompt (>= n so the budget can always be spent)."""
     n_phases: int = 3
+    """Number of phases including phase 1 (3)."""
     chunk_size: int = 2
+    """Rollouts handed to the top-priority prompt per greedy pick (2, ours)."""
+    # --- priority of a prompt ---
     alpha: float = 0.05
+    """t-interval level: half-width uses t_{1 - alpha/2, n-1} (0.05)."""
     lam: float = 0.03
+    """Exploration-bonus weight lambda (0.03, ours)."""
+    # --- ICL seeding of all-fail prompts ---
     icl: bool = True
+    """Seed all-fail prompts with ICL examples."""
     icl_k: int = 2
+    """Examples per ICL prefix (2)."""
     icl_backend: Literal["auto", "embedding", "bm25", "tfidf"] = "auto"
+    """Similarity backend of the corpus: auto, embedding, bm25, tfidf."""
     icl_model_path: str | None = None
+    """Local sentence-embedding model folder (optional)."""
     icl_loss_prompt: Literal["augmented", "clean"] = "augmented"
+    """Prompt the loss sees for ICL-seeded rollouts: ``augmented`` (the ICL-prefixed prompt they were sampled from;
+    ours) or ``clean`` (the plain prompt: the policy learns to produce the demonstrated answer without the
+    demonstrations, off-policy with respect to that prompt)."""
+    # --- novelty sharpening ---
     sharpen: bool = True
+    """Apply novelty-guided sharpening to correct rollouts."""
     lambda_n: float = 2.5
+    """Sharpening strength (2.5)."""
     kappa: float = 0.5
+    """Sharpening cap relative to A (0.5)."""
+    # --- success ---
     success_threshold: float = 0.5
+    """A rollout with reward > this is a success (all-fail test, corpus)."""
 
     def __post_init__(self) -> None:
         checks = [

@@ -13,7 +13,7 @@ from typing import Literal
 from envkit.registration import env_facts
 from envkit.runtime.models import ModelConfig
 from envkit.trainers.explorers.branch import BranchConfig
-from envkit.trainers.explorers.eden import EdenConfig
+from envkit.trainers.explorers.eden import EdenBankConfig
 from envkit.trainers.explorers.xrpo import XrpoConfig
 from envkit.trainers.local.multi_turn import AgentConfig
 from envkit.trainers.local.update import LossConfig
@@ -23,87 +23,93 @@ __all__ = ["TrainConfig"]
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Everything a local training run needs.
+    """Everything a local training run needs."""
 
-    Attributes:
-        task: ``arith`` / ``arith:<digits>`` (synthetic, verified in-process), a single-turn envkit id
-            (``envkit/Math-v0``, ``envkit/Code-v0``: the env's verifier) or a multi-turn envkit id
-            (``envkit/Toy-v0``, ``envkit/WebShop-v0``, ``envkit/ALFWorld-v0``).
-        env_kwargs: JSON object of keyword arguments for the env (e.g. ``{"rg_tasks": ["products"]}``).
-        model: Which model (see `envkit.runtime.models`).
-        run_dir: Output folder (metrics.jsonl, tb/, checkpoints/, curves.png).
-        steps: RL steps (the run's last step number; a resumed run continues up to it).
-        seed: Seed of prompt sampling, rollouts and EDEN noise.
-        prompts_per_step: Prompts (single-turn) or tasks (multi-turn) per step.
-        group_size: Rollouts (single-turn) or episodes (multi-turn) per prompt (G), for every explorer: EDEN's
-            and XRPO's group is this one (their configs have no group size of their own); explorers keep the
-            same total budget, ``prompts_per_step * group_size``.
-        max_new_tokens: Response (single-turn) or per-turn action (multi-turn) token cap.
-        temperature: Sampling temperature of standard rollouts.
-        estimator: ``grpo``, ``grpo_mean``, ``rloo`` or ``dr_grpo`` (single-turn); multi-turn uses
-            `agent.estimator`.
-        explorer: ``none`` (plain groups), ``eden`` or ``xrpo``; on agent envs EDEN perturbs the first turn
-            (`envkit.trainers.local.explorers.eden`) and XRPO allocates whole episodes (`envkit.trainers.local.explorers.xrpo`);
-            ``branch`` (agent envs) forks the policy at high-entropy decisions (`envkit.trainers.local.explorers.branch`).
-        lr: AdamW learning rate.
-        lr_warmup_steps: Linear learning-rate warm-up over the first RL steps (Adam's first steps are large).
-        weight_decay: AdamW weight decay.
-        loss: Clipping, aggregation, KL and entropy settings.
-        eden: EDEN settings (used when explorer is eden).
-        xrpo: XRPO settings (used when explorer is xrpo).
-        branch: Branching-rollout settings (explorer ``branch``, agent envs only: `envkit.trainers.local.explorers.branch`).
-        agent: Multi-turn settings.
-        sft_steps: Supervised warm-up steps before RL (tasks with reference answers only).
-        sft_batch: Warm-up batch size.
-        sft_lr: Warm-up learning rate.
-        init_from: A checkpoint or model folder whose weights start the run (branch arms from one warm-up).
-        save_every: Checkpoint every N steps (0: only at the end).
-        keep_checkpoints: Checkpoints kept on disk (the newest N; older ones are deleted as new ones land). One
-            checkpoint is the fp32 weights plus AdamW's two moments: about 3x the model (SmolLM2-135M: ~1.6 GB).
-        resume: Continue from the latest checkpoint in run_dir.
-        tensorboard: Also log to TensorBoard.
-        plot: Write curves.png at the end.
-        torch_threads: torch intra-op threads (1 is fastest on a busy 2-core CPU).
-        progress: Show a progress bar.
-        probe_tasks: Multi-turn envs with an oracle: probe the policy's p(correct action) on the oracle's path of
-            task seeds 0 .. probe_tasks-1 (`envkit.trainers.local.probe`: WebShop's oracle path, ALFWorld's expert
-            plan) and log ``probe_p_correct`` / ``probe_p_last``; 0 (default) is off.
-        probe_every: Probe every N steps (and at step 1).
-    """
-
+    # --- what is trained ---
     task: str = "arith"
+    """``arith`` / ``arith:<digits>`` (synthetic, verified in-process), a single-turn envkit id (``envkit/Math-v0``,
+    ``envkit/Code-v0``: the env's verifier) or a multi-turn envkit id (``envkit/Toy-v0``, ``envkit/WebShop-v0``,
+    ``envkit/ALFWorld-v0``)."""
     env_kwargs: str = "{}"
+    """JSON object of keyword arguments for the env (e.g. ``{"rg_tasks": ["products"]}``)."""
     model: ModelConfig = field(default_factory=ModelConfig)
+    """Which model (see `envkit.runtime.models`)."""
     run_dir: str = "runs/local"
+    """Output folder (metrics.jsonl, tb/, checkpoints/, curves.png)."""
+    # --- run size (the one owner of the sizes) ---
     steps: int = 20
+    """RL steps (the run's last step number; a resumed run continues up to it)."""
     seed: int = 0
+    """Seed of prompt sampling, rollouts and EDEN noise."""
     prompts_per_step: int = 16
+    """Prompts (single-turn) or tasks (multi-turn) per step."""
     group_size: int = 8
+    """Rollouts (single-turn) or episodes (multi-turn) per prompt (G), for every explorer: EDEN's and XRPO's group is
+    this one (their configs have no group size of their own); explorers keep the same total budget,
+    ``prompts_per_step * group_size``."""
     max_new_tokens: int = 6
+    """Response (single-turn) or per-turn action (multi-turn) token cap."""
     temperature: float = 1.0
+    """Sampling temperature of standard rollouts."""
+    # --- method ---
     estimator: Literal["grpo", "grpo_mean", "rloo", "dr_grpo"] = "grpo"
+    """``grpo``, ``grpo_mean``, ``rloo`` or ``dr_grpo`` (single-turn); multi-turn uses `agent.estimator`."""
     explorer: Literal["none", "eden", "xrpo", "branch"] = "none"
+    """``none`` (plain groups), ``eden`` or ``xrpo``; on agent envs EDEN perturbs the first turn
+    (`envkit.trainers.local.explorers.eden`) and XRPO allocates whole episodes
+    (`envkit.trainers.local.explorers.xrpo`); ``branch`` (agent envs) forks the policy at high-entropy decisions
+    (`envkit.trainers.local.explorers.branch`)."""
+    # --- optimiser ---
     lr: float = 1e-3
+    """AdamW learning rate."""
     lr_warmup_steps: int = 10
+    """Linear learning-rate warm-up over the first RL steps (Adam's first steps are large)."""
     weight_decay: float = 0.0
+    """AdamW weight decay."""
+    # --- method settings ---
     loss: LossConfig = field(default_factory=LossConfig)
-    eden: EdenConfig = field(default_factory=EdenConfig)
+    """Clipping, aggregation, KL and entropy settings."""
+    eden: EdenBankConfig = field(default_factory=EdenBankConfig)
+    """EDEN settings (used when explorer is eden)."""
     xrpo: XrpoConfig = field(default_factory=XrpoConfig)
+    """XRPO settings (used when explorer is xrpo)."""
     branch: BranchConfig = field(default_factory=BranchConfig)
+    """Branching-rollout settings (explorer ``branch``, agent envs only: `envkit.trainers.local.explorers.branch`)."""
     agent: AgentConfig = field(default_factory=AgentConfig)
+    """Multi-turn settings."""
+    # --- supervised warm-up ---
     sft_steps: int = 0
+    """Supervised warm-up steps before RL (tasks with reference answers only)."""
     sft_batch: int = 64
+    """Warm-up batch size."""
     sft_lr: float = 3e-3
+    """Warm-up learning rate."""
+    # --- checkpoints ---
     init_from: str | None = None
+    """A checkpoint or model folder whose weights start the run (branch arms from one warm-up)."""
     save_every: int = 0
+    """Checkpoint every N steps (0: only at the end)."""
     keep_checkpoints: int = 1
+    """Checkpoints kept on disk (the newest N; older ones are deleted as new ones land). One checkpoint is the fp32
+    weights plus AdamW's two moments: about 3x the model (SmolLM2-135M: ~1.6 GB)."""
     resume: bool = False
+    """Continue from the latest checkpoint in run_dir."""
+    # --- output and machine ---
     tensorboard: bool = True
+    """Also log to TensorBoard."""
     plot: bool = True
+    """Write curves.png at the end."""
     torch_threads: int = 1
+    """torch intra-op threads (1 is fastest on a busy 2-core CPU)."""
     progress: bool = True
+    """Show a progress bar."""
+    # --- probe ---
     probe_tasks: int = 0
+    """Multi-turn envs with an oracle: probe the policy's p(correct action) on the oracle's path of task seeds 0 ..
+    probe_tasks-1 (`envkit.trainers.local.probe`: WebShop's oracle path, ALFWorld's expert plan) and log
+    ``probe_p_correct`` / ``probe_p_last``; 0 (default) is off."""
     probe_every: int = 1
+    """Probe every N steps (and at step 1)."""
 
     def __post_init__(self) -> None:
         if self.steps < 0 or self.prompts_per_step < 1 or self.group_size < 1:

@@ -47,35 +47,38 @@ class TrainBatch:
 
 @dataclass(frozen=True)
 class LossConfig:
-    """Loss settings (docs/methods.md section 1).
+    """Loss settings (docs/methods.md section 1): the one owner of the update's clip range, KL and entropy bonus,
+    for every explorer (EDEN's update reads them here)."""
 
-    Attributes:
-        eps_low: Lower clip range.
-        eps_high: Upper clip range (> eps_low: clip-higher).
-        agg: ``token_mean``, ``seq_mean`` or ``token_sum_norm`` (Dr. GRPO).
-        kl_coef: beta of the KL-loss against the reference model (0: no reference model is loaded).
-        kl_estimator: ``k1``, ``k2`` or ``k3``.
-        entropy_coef: alpha of the entropy bonus.
-        ppo_epochs: Passes over each batch (1: on-policy, ratio = 1).
-        micro_batch: Rows per forward/backward pass at most (memory knob; results do not depend on it).
-        micro_batch_tokens: Padded tokens (rows x longest row) per forward/backward pass at most; a longer row
-            gets a pass of its own. Bounds the [rows, tokens, vocab] logits of long multi-turn rows.
-        max_grad_norm: Gradient clipping (0: off).
-        dual_clip: Dual-clip constant c > 1 bounding a negative-advantage token's loss by ``-c * A`` (3 in
-            verl/OpenRLHF); None (default) turns it off.
-    """
-
+    # --- clipped objective ---
     eps_low: float = 0.2
+    """Lower clip range."""
     eps_high: float = 0.2
+    """Upper clip range (> eps_low: clip-higher)."""
     agg: str = "token_mean"
+    """``token_mean``, ``seq_mean`` or ``token_sum_norm`` (Dr. GRPO)."""
+    # --- KL loss ---
     kl_coef: float = 0.0
+    """beta of the KL-loss against the reference model (0: no reference model is loaded)."""
     kl_estimator: str = "k3"
+    """``k1``, ``k2`` or ``k3``."""
+    # --- entropy bonus ---
     entropy_coef: float = 0.0
+    """alpha of the entropy bonus."""
+    # --- passes and memory ---
     ppo_epochs: int = 1
+    """Passes over each batch (1: on-policy, ratio = 1)."""
     micro_batch: int = 64
+    """Rows per forward/backward pass at most (memory knob; results do not depend on it)."""
     micro_batch_tokens: int = 16384
+    """Padded tokens (rows x longest row) per forward/backward pass at most; a longer row gets a pass of its own. Bounds
+    the [rows, tokens, vocab] logits of long multi-turn rows."""
+    # --- clipping of the gradient and of negative-advantage losses ---
     max_grad_norm: float = 1.0
+    """Gradient clipping (0: off)."""
     dual_clip: float | None = None
+    """Dual-clip constant c > 1 bounding a negative-advantage token's loss by ``-c * A`` (3 in verl/OpenRLHF); None
+    (default) turns it off."""
 
     def __post_init__(self) -> None:
         if self.agg not in ("token_mean", "seq_mean", "token_sum_norm"):

@@ -79,9 +79,10 @@ class BackendConfig:
         sero_opts: SERO options (`OpenRLHFSeroOptions`; ``sero_opts.oracle_max_steps`` is the continuation
             budget without --max-turns; a plain `SeroOptions` gets this backend's defaults).
         eden: EDEN settings (None: `EdenConfig`'s defaults sized to the run: n_noisy = a quarter of
-            n_samples_per_prompt, n_anchors = the bank's size). The group (standard + noisy) is the run's
-            n_samples_per_prompt (EdenConfig has no group size); n_anchors is unused here (the bank is given).
-        xrpo: XRPO settings (None: `XrpoConfig`'s defaults sized to the run: n0 = min(4, n)). XRPO spends the
+            n_samples_per_prompt). The group (standard + noisy) is the run's n_samples_per_prompt (EdenConfig has
+            no group size); the bank is given (``eden_bank``/``eden_anchors``), so the local trainer's selection
+            knobs (`EdenBankConfig`) are not options here; the update is OpenRLHF's own (its flags after ``--``).
+        xrpo: XRPO settings (None: `XrpoConfig`'s defaults sized to the run: n0 = min(XrpoConfig's n0, n)). XRPO spends the
             run's per-prompt budget n = n_samples_per_prompt (XrpoConfig has no group size).
         branch: Branching-rollout settings (`BranchConfig`, the local trainer's; None: sized to the run,
             `sized_branch`). backbones + points x branches must be n_samples_per_prompt (`branch_config`).
@@ -193,15 +194,14 @@ class BackendConfig:
     # ----- explorer configs -----------------------------------------------------------------------------------
     def sized_eden(self) -> EdenConfig:
         """`EdenConfig`'s defaults sized to this run: ``n_noisy`` = a quarter of n_samples_per_prompt (the
-        paper's 4 of 16), ``n_anchors`` = the bank's size."""
-        n = self.n_samples_per_prompt
-        return EdenConfig(n_noisy=max(1, n // 4), n_anchors=max(len(self.eden_anchors), 1))
+        paper's 4 of 16)."""
+        return EdenConfig(n_noisy=max(1, self.n_samples_per_prompt // 4))
 
     def sized_xrpo(self) -> XrpoConfig:
         """`XrpoConfig`'s defaults sized to this run (the step's total stays ``batch x n``, n =
-        n_samples_per_prompt): ``n0`` = min(4, n)."""
-        n = self.n_samples_per_prompt
-        return XrpoConfig(n0=min(4, n))
+        n_samples_per_prompt): ``n0`` = `XrpoConfig`'s own n0, at most n."""
+        default = XrpoConfig()
+        return dataclasses.replace(default, n0=min(default.n0, self.n_samples_per_prompt))
 
     def eden_config(self) -> EdenConfig:
         """The run's `EdenConfig`: ``eden``, else `sized_eden`."""

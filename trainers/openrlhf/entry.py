@@ -97,8 +97,7 @@ def build_config(ours: Sequence[str], openrlhf_flags: Sequence[str]) -> OpenRLHF
             cfg = dataclasses.replace(cfg, n_samples_per_prompt=n, rollout_batch_size=batch)
     except ValueError as exc:
         fail(str(exc), prog=prog)
-    # n_anchors is unused on OpenRLHF (the bank is given): an EDEN config that differs only there is untouched
-    if cfg.eden is not None and dataclasses.replace(cfg.eden, n_anchors=eden.n_anchors) == eden:
+    if cfg.eden == eden:
         cfg = dataclasses.replace(cfg, eden=None)
     if cfg.xrpo == xrpo:
         cfg = dataclasses.replace(cfg, xrpo=None)

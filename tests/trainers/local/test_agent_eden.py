@@ -10,13 +10,13 @@ pytest.importorskip("transformers")
 
 import envkit.trainers.local.multi_turn as mt  # noqa: E402
 from envkit.runtime.models import ModelConfig  # noqa: E402
-from envkit.trainers.explorers.eden import EdenConfig, absorb, eden_advantages, select_noisy  # noqa: E402
+from envkit.trainers.explorers.eden import EdenBankConfig, absorb, eden_advantages, select_noisy  # noqa: E402
 from envkit.trainers.local.multi_turn import AgentConfig, Episode  # noqa: E402
 from envkit.trainers.local.trainer import LocalTrainer, TrainConfig  # noqa: E402
 
 torch.set_num_threads(1)
 TINY = ModelConfig(path="tiny:bytes", device="cpu", hidden_size=32, layers=1)
-EDEN = EdenConfig(
+EDEN = EdenBankConfig(
     n_noisy=2, n_anchors=2, n_selection_prompts=4, max_scored=6, candidate_percentiles=(0.0, 100.0), top_p=0.5,
     gamma=0.5,
 )  # fmt: skip

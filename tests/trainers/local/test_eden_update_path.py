@@ -16,7 +16,7 @@ pytest.importorskip("transformers")
 import envkit.trainers.local.update as update_mod  # noqa: E402
 from envkit.credit.advantages import group_advantages  # noqa: E402
 from envkit.runtime.models import ModelConfig  # noqa: E402
-from envkit.trainers.explorers.eden import EdenConfig  # noqa: E402
+from envkit.trainers.explorers.eden import EdenBankConfig  # noqa: E402
 from envkit.trainers.local.contracts import Budget  # noqa: E402
 from envkit.trainers.local.prompt_encoding import encode_prompt  # noqa: E402
 from envkit.trainers.local.trainer import LocalTrainer, TrainConfig  # noqa: E402
@@ -24,7 +24,7 @@ from envkit.trainers.local.update import LossConfig  # noqa: E402
 
 torch.set_num_threads(1)
 SMALL = ModelConfig(path="tiny:arith", device="cpu", hidden_size=32, layers=2, heads=4)
-EDEN = EdenConfig(
+EDEN = EdenBankConfig(
     n_noisy=2, n_anchors=2, candidate_percentiles=(0.0, 100.0), n_selection_prompts=4, max_scored=None,
     min_validity=0.0, max_cos=1.0, gamma=0.5, top_p=0.5,
 )  # fmt: skip

@@ -40,6 +40,21 @@ def test_local_help_shows_the_trainers_sero_knobs_and_not_the_oracle_pipelines(c
     assert "--agent.sero-opts.oracle-max-steps" not in text  # OpenRLHF's budget without a turn cap
 
 
+EDEN_SELECTION = ("n-anchors", "n-selection-prompts", "candidate-percentiles", "max-cos", "max-scored", "min-validity")
+UPDATE = ("eps-low", "eps-high", "kl-coef", "entropy-coef")
+
+
+def test_local_help_shows_edens_bank_selection_and_one_owner_of_the_update(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["local", "--help"])
+    text = capsys.readouterr().out
+    for knob in EDEN_SELECTION + ("n-noisy", "tau-n-start"):
+        assert f"--eden.{knob}" in text, knob
+    for knob in UPDATE:  # the update's clip range, KL and entropy bonus: LossConfig's, for EDEN too
+        assert f"--loss.{knob}" in text and f"--eden.{knob}" not in text, knob
+    assert "(default: 0.2)" in text.split("--loss.eps-low", 1)[1].split("--loss.eps-high", 1)[0]
+
+
 def test_local_rejects_bad_values_with_a_message(capsys):
     with pytest.raises(SystemExit):
         cli.main(["local", "--explorer", "nope"])

@@ -11,7 +11,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from envkit.runtime.models import ModelConfig, load_model  # noqa: E402
-from envkit.trainers.explorers.eden import EdenConfig  # noqa: E402
+from envkit.trainers.explorers.eden import EdenBankConfig  # noqa: E402
 from envkit.trainers.explorers.xrpo import XrpoConfig  # noqa: E402
 from envkit.trainers.local.contracts import Budget  # noqa: E402
 from envkit.trainers.local.explorers.eden import EdenDriver  # noqa: E402
@@ -142,7 +142,7 @@ def _cfg(**kw):
 def test_eden_rollouts_keep_clean_prompts_and_mark_noisy_rows(arith):
     model, tok = arith
     task = ArithmeticTask(digits=1)
-    eden = EdenConfig(
+    eden = EdenBankConfig(
         n_noisy=1,
         n_anchors=2,
         candidate_percentiles=(0.0, 100.0),
@@ -229,7 +229,7 @@ def test_xrpo_clean_loss_prompt_keeps_the_samples_and_trains_on_the_plain_prompt
 def test_eden_training_batch_scores_every_row_under_its_clean_prompt(tmp_path):
     from envkit.trainers.local.trainer import LocalTrainer
 
-    eden = EdenConfig(
+    eden = EdenBankConfig(
         n_noisy=2,
         n_anchors=2,
         candidate_percentiles=(0.0, 100.0),

@@ -66,9 +66,9 @@ def _cfg(run: Path, steps: int, **kw) -> TrainConfig:
 
 @pytest.mark.parametrize("explorer", ["none", "eden", "xrpo"])
 def test_resume_continues_exactly(tmp_path, explorer):
-    from envkit.trainers.explorers.eden import EdenConfig
+    from envkit.trainers.explorers.eden import EdenBankConfig
 
-    eden = EdenConfig(n_noisy=1, n_anchors=2, candidate_percentiles=(0.0, 100.0), n_selection_prompts=4,
+    eden = EdenBankConfig(n_noisy=1, n_anchors=2, candidate_percentiles=(0.0, 100.0), n_selection_prompts=4,
                       max_scored=None, min_validity=0.0, max_cos=1.0)  # fmt: skip
     kw = {"explorer": explorer, "sft_steps": 30, "sft_batch": 32, "eden": eden}
     straight = LocalTrainer(_cfg(tmp_path / "a", 4, **kw))

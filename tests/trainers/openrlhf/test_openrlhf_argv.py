@@ -119,6 +119,22 @@ def test_help_shows_this_backends_sero_knobs_and_refuses_the_oracle_pipelines(ca
     assert "No such option" in capsys.readouterr().err
 
 
+def test_help_shows_only_the_eden_knobs_that_act_here_and_refuses_the_rest(capsys):
+    """OpenRLHF is given its bank and runs its own update: EDEN's selection and update knobs do nothing here."""
+    from envkit.trainers.openrlhf.entry import main
+
+    budget = ["--", "--rollout.n_samples_per_prompt", "4"]
+    assert main(["--help", *budget]) == 0
+    text = capsys.readouterr().out
+    for knob in ("n-noisy", "rho", "top-p", "gamma", "tau-r", "tau-n-start", "warmup-steps", "ablation"):
+        assert f"--eden.{knob}" in text, knob
+    for knob in ("n-anchors", "n-selection-prompts", "candidate-percentiles", "max-cos", "max-scored",
+                 "min-validity", "eps-low", "eps-high", "kl-coef", "entropy-coef"):  # fmt: skip
+        assert f"--eden.{knob}" not in text, knob
+        assert main(["--explorer", "eden", "--eden-anchors", "1", f"--eden.{knob}", "1", *budget]) == 2
+        assert "No such option" in capsys.readouterr().err
+
+
 def test_dry_run_goes_through_openrlhfs_real_parser(capsys):
     """runpy runs openrlhf.cli.train_ppo_ray's __main__ block: its parser, hierarchize and checks."""
     from envkit.trainers.openrlhf.entry import EXECUTOR_PATH, main

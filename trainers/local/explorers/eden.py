@@ -40,7 +40,7 @@ import torch
 from envkit.credit.advantages import ESTIMATORS  # the episode-level estimators
 from envkit.trainers.explorers.anchors import AnchorBank, anchor_score, candidate_tokens, decoded_vocab
 from envkit.trainers.explorers.eden import (
-    EdenConfig,
+    EdenBankConfig,
     absorb,
     build_anchor_bank,
     draw_noisy_rows,
@@ -73,13 +73,13 @@ class AnchorSelection:
 
     model: PreTrainedModel
     tok: PreTrainedTokenizerBase
-    cfg: EdenConfig
+    cfg: EdenBankConfig
     run: TrainConfig
     relaxed: bool
     bank: AnchorBank
 
     def _init_eden(
-        self, cfg: EdenConfig, model: PreTrainedModel, tok: PreTrainedTokenizerBase, run: TrainConfig,
+        self, cfg: EdenBankConfig, model: PreTrainedModel, tok: PreTrainedTokenizerBase, run: TrainConfig,
         state: dict[str, Any] | None,
     ) -> None:  # fmt: skip
         """Check the noisy share against the run's group, then load the bank from `state` or select it."""
@@ -149,7 +149,7 @@ class EdenDriver(AnchorSelection, SingleTurnExplorer):
     """EDEN rollouts on single-turn tasks (see the module docstring)."""
 
     def __init__(
-        self, cfg: EdenConfig, model: PreTrainedModel, tok: PreTrainedTokenizerBase, task: ProblemSource,
+        self, cfg: EdenBankConfig, model: PreTrainedModel, tok: PreTrainedTokenizerBase, task: ProblemSource,
         run: TrainConfig, state: dict[str, Any] | None,
     ):  # fmt: skip
         self.task = task
@@ -210,7 +210,7 @@ class AgentEdenDriver(AnchorSelection, AgentExplorer):
     """EDEN on an agent env: the anchor bank and the per-step hooks (see the module docstring)."""
 
     def __init__(
-        self, cfg: EdenConfig, model: PreTrainedModel, tok: PreTrainedTokenizerBase, run: TrainConfig,
+        self, cfg: EdenBankConfig, model: PreTrainedModel, tok: PreTrainedTokenizerBase, run: TrainConfig,
         state: dict[str, Any] | None = None,
     ):  # fmt: skip
         self.agent: AgentConfig = run.agent
