@@ -48,7 +48,7 @@ def test_local_help_shows_edens_bank_selection_and_one_owner_of_the_update(capsy
     with pytest.raises(SystemExit):
         cli.main(["local", "--help"])
     text = capsys.readouterr().out
-    for knob in EDEN_SELECTION + ("n-noisy", "tau-n-start"):
+    for knob in (*EDEN_SELECTION, "n-noisy", "tau-n-start"):
         assert f"--eden.{knob}" in text, knob
     for knob in UPDATE:  # the update's clip range, KL and entropy bonus: LossConfig's, for EDEN too
         assert f"--loss.{knob}" in text and f"--eden.{knob}" not in text, knob
