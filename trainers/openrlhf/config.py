@@ -58,57 +58,58 @@ class OpenRLHFSeroOptions(TrainerSeroOptions):
 
 @dataclass(frozen=True)
 class BackendConfig:
-    """Everything the OpenRLHF backend adds to a ``train_ppo_ray`` run (``envkit-train openrlhf`` options).
+    """Everything the OpenRLHF backend adds to a ``train_ppo_ray`` run (``envkit-train openrlhf`` options)."""
 
-    Attributes:
-        explorer: Exploration strategy: "none", "eden" (noisy rollouts from prompt embeddings), "xrpo"
-            (phased rollout budget, ICL seeding, novelty sharpening) or "branch" (branching rollouts: forks from
-            restored high-entropy decisions with leave-one-out sibling credit; `envkit.trainers.openrlhf.branch_rows`).
-        advantage: Advantage estimator: "grpo" (outcome, per rollout), "gigpo" or "graphgpo" (per turn,
-            multi-turn envs).
-        sero: Add SERO oracle continuations from restored states, weighted by policy reachability.
-        env_id: Default envkit env id of a task (a task's label may name another with ``{"env": ...}``).
-        env_kwargs: JSON object of keyword arguments for ``gymnasium.make(env_id, ...)``.
-        max_turns: Policy turns per episode (0: only the env's own step limit).
-        feedback_template: How an env observation is appended after an action (``{obs}`` is replaced).
-        n_samples_per_prompt: OpenRLHF's ``--rollout.n_samples_per_prompt`` (the per-prompt budget; read from
-            OpenRLHF's flags after ``--``).
-        rollout_batch_size: OpenRLHF's ``--rollout.batch_size`` (prompts per step; read from OpenRLHF's flags).
-        seed: Seed of the planners (EDEN anchors and noise, XRPO tie-breaks).
-        adv: Advantage options.
-        sero_opts: SERO options (`OpenRLHFSeroOptions`; ``sero_opts.oracle_max_steps`` is the continuation
-            budget without --max-turns; a plain `SeroOptions` gets this backend's defaults).
-        eden: EDEN settings (None: `EdenConfig`'s defaults sized to the run: n_noisy = a quarter of
-            n_samples_per_prompt). The group (standard + noisy) is the run's n_samples_per_prompt (EdenConfig has
-            no group size); the bank is given (``eden_bank``/``eden_anchors``), so the local trainer's selection
-            knobs (`EdenBankConfig`) are not options here; the update is OpenRLHF's own (its flags after ``--``).
-        xrpo: XRPO settings (None: `XrpoConfig`'s defaults sized to the run: n0 = min(XrpoConfig's n0, n)). XRPO spends the
-            run's per-prompt budget n = n_samples_per_prompt (XrpoConfig has no group size).
-        branch: Branching-rollout settings (`BranchConfig`, the local trainer's; None: sized to the run,
-            `sized_branch`). backbones + points x branches must be n_samples_per_prompt (`branch_config`).
-        eden_bank: EDEN anchor bank .npz (written by ``envkit.trainers.explorers.anchors.AnchorBank.save``); its token ids
-            fill ``eden_anchors``.
-        eden_anchors: Token ids of EDEN's anchor bank, comma-separated (or from ``eden_bank``); the engines read
-            their embedding rows from the live weights.
-    """
-
+    # --- method ---
     explorer: Explorer = "none"
+    """Exploration strategy: "none", "eden" (noisy rollouts from prompt embeddings), "xrpo" (phased rollout budget, ICL
+    seeding, novelty sharpening) or "branch" (branching rollouts: forks from restored high-entropy decisions with
+    leave-one-out sibling credit; `envkit.trainers.openrlhf.branch_rows`)."""
     advantage: Advantage = "grpo"
+    """Advantage estimator: "grpo" (outcome, per rollout), "gigpo" or "graphgpo" (per turn, multi-turn envs)."""
     sero: bool = False
+    """Add SERO oracle continuations from restored states, weighted by policy reachability."""
+    # --- env and episodes ---
     env_id: Annotated[str | None, tyro.conf.arg(name="env")] = None
+    """Default envkit env id of a task (a task's label may name another with ``{"env": ...}``)."""
     env_kwargs: Annotated[dict[str, Any], json_object("--env-kwargs")] = field(default_factory=dict)
+    """JSON object of keyword arguments for ``gymnasium.make(env_id, ...)``."""
     max_turns: int = 0
+    """Policy turns per episode (0: only the env's own step limit)."""
     feedback_template: str = "\n{obs}\n"
+    """How an env observation is appended after an action (``{obs}`` is replaced)."""
+    # --- run size (OpenRLHF's flags after --, read not set) ---
     n_samples_per_prompt: tyro.conf.Suppress[int] = 8
+    """OpenRLHF's ``--rollout.n_samples_per_prompt`` (the per-prompt budget; read from OpenRLHF's flags after ``--``)."""
     rollout_batch_size: tyro.conf.Suppress[int] = 1024
+    """OpenRLHF's ``--rollout.batch_size`` (prompts per step; read from OpenRLHF's flags)."""
+    # --- planners ---
     seed: int = 0
+    """Seed of the planners (EDEN anchors and noise, XRPO tie-breaks)."""
+    # --- method settings (an explorer's None: sized to the run) ---
     adv: AdvantageOptions = field(default_factory=AdvantageOptions)
+    """Advantage options."""
     sero_opts: OpenRLHFSeroOptions = field(default_factory=OpenRLHFSeroOptions)
+    """SERO options (`OpenRLHFSeroOptions`; ``sero_opts.oracle_max_steps`` is the continuation budget without
+    --max-turns; a plain `SeroOptions` gets this backend's defaults)."""
     eden: EdenConfig | None = None
+    """EDEN settings (None: `EdenConfig`'s defaults sized to the run: n_noisy = a quarter of n_samples_per_prompt). The
+    group (standard + noisy) is the run's n_samples_per_prompt (EdenConfig has no group size); the bank is given
+    (``eden_bank``/``eden_anchors``), so the local trainer's selection knobs (`EdenBankConfig`) are not options here;
+    the update is OpenRLHF's own (its flags after ``--``)."""
     xrpo: XrpoConfig | None = None
+    """XRPO settings (None: `XrpoConfig`'s defaults sized to the run: n0 = min(XrpoConfig's n0, n)). XRPO spends the
+    run's per-prompt budget n = n_samples_per_prompt (XrpoConfig has no group size)."""
     branch: BranchConfig | None = None
+    """Branching-rollout settings (`BranchConfig`, the local trainer's; None: sized to the run, `sized_branch`).
+    backbones + points x branches must be n_samples_per_prompt (`branch_config`)."""
+    # --- EDEN anchor bank (given: OpenRLHF does not select one) ---
     eden_bank: str | None = None
+    """EDEN anchor bank .npz (written by ``envkit.trainers.explorers.anchors.AnchorBank.save``); its token ids fill
+    ``eden_anchors``."""
     eden_anchors: Annotated[tuple[int, ...], id_list("--eden-anchors")] = ()
+    """Token ids of EDEN's anchor bank, comma-separated (or from ``eden_bank``); the engines read their embedding rows
+    from the live weights."""
 
     def __post_init__(self) -> None:
         if self.explorer not in EXPLORERS:
