@@ -35,7 +35,7 @@ import torch
 from tqdm import tqdm
 
 from envkit.runtime.models import ModelConfig, load_model
-from envkit.trainers.explorers.eden import EdenConfig
+from envkit.trainers.explorers.eden import EdenBankConfig
 from envkit.trainers.explorers.xrpo import XrpoConfig
 from envkit.trainers.local.task_specs import make_task
 from envkit.trainers.local.trainer import LocalTrainer, TrainConfig
@@ -72,7 +72,7 @@ def main() -> None:
         init = str(tmp / "warmup")
         model.save_pretrained(init)
         tok.save_pretrained(init)
-    eden = EdenConfig(
+    eden = EdenBankConfig(
         n_noisy=max(1, args.group_size // 4), n_anchors=4, candidate_percentiles=(0.0, 100.0), n_selection_prompts=32,
         max_scored=None,
     )  # fmt: skip

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from envkit.runtime.models import ModelConfig, load_model
-from envkit.trainers.explorers.eden import EdenConfig
+from envkit.trainers.explorers.eden import EdenBankConfig
 from envkit.trainers.explorers.xrpo import XrpoConfig
 from envkit.trainers.local.generation import sample
 from envkit.trainers.local.metrics import read_metrics
@@ -167,7 +167,7 @@ def main() -> None:
     print(f"warm-up: {warm_stats}", flush=True)
     # EDEN on this task: n_noisy = 25% of the group; every non-special token is an anchor candidate (15-token
     # vocabulary), hence the full norm band and 4 anchors.
-    eden = EdenConfig(
+    eden = EdenBankConfig(
         n_noisy=max(1, args.group_size // 4), n_anchors=4, candidate_percentiles=(0.0, 100.0), n_selection_prompts=64,
         max_scored=None,
     )  # fmt: skip

@@ -54,7 +54,7 @@ import torch
 
 from envkit.runtime.models import ModelConfig, load_model
 from envkit.trainers.explorers.anchors import decoded_vocab
-from envkit.trainers.explorers.eden import EdenConfig
+from envkit.trainers.explorers.eden import EdenBankConfig
 from envkit.trainers.explorers.xrpo import XrpoConfig
 from envkit.trainers.local.generation import sample
 from envkit.trainers.local.prompt_encoding import decode, encode_prompt
@@ -154,7 +154,7 @@ def warm_up(out: Path, task: WordSequenceTask, args: argparse.Namespace) -> tupl
 def run_arm(arm: str, seed: int, warm: Path, task: WordSequenceTask, args: argparse.Namespace) -> dict[str, Any]:
     """One run from the warm-up: per-step records and the evaluations every `eval_every` steps."""
     explorer, ablation = ARMS[arm]
-    eden = EdenConfig(
+    eden = EdenBankConfig(
         n_noisy=max(1, args.group_size // 4), n_anchors=args.n_anchors, ablation=ablation,
         n_selection_prompts=48, max_scored=32, warmup_steps=max(1, args.steps // 3),
     )  # fmt: skip

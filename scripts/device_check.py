@@ -134,12 +134,12 @@ def check_train(folder: Path, device: str, dtype: str, task: str, explorer: str,
                 run_dir: Path, steps: int) -> dict[str, Any]:  # fmt: skip
     """`envkit.trainers.local.trainer.train` on `device` for `steps` steps; the last record and the median step time."""
     from envkit.runtime.models import ModelConfig
-    from envkit.trainers.explorers.eden import EdenConfig
+    from envkit.trainers.explorers.eden import EdenBankConfig
     from envkit.trainers.explorers.xrpo import XrpoConfig
     from envkit.trainers.local.multi_turn import AgentConfig
     from envkit.trainers.local.trainer import TrainConfig, train
 
-    eden = EdenConfig(n_noisy=2, n_anchors=4, candidate_percentiles=(0.0, 100.0), n_selection_prompts=8,
+    eden = EdenBankConfig(n_noisy=2, n_anchors=4, candidate_percentiles=(0.0, 100.0), n_selection_prompts=8,
                       max_scored=None)  # fmt: skip
     cfg = TrainConfig(
         task=task, model=ModelConfig(path=str(folder), device=device, dtype=dtype), run_dir=str(run_dir),
