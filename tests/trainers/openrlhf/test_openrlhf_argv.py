@@ -133,6 +133,11 @@ def test_help_shows_only_the_eden_knobs_that_act_here_and_refuses_the_rest(capsy
         assert f"--eden.{knob}" not in text, knob
         assert main(["--explorer", "eden", "--eden-anchors", "1", f"--eden.{knob}", "1", *budget]) == 2
         assert "No such option" in capsys.readouterr().err
+    from envkit.config_io import from_data  # a worker's config as data: the same knobs are refused there too
+    from envkit.trainers.openrlhf.config import BackendConfig
+
+    with pytest.raises(TypeError, match=r"BackendConfig.eden: EdenConfig has no field\(s\) \['max_cos'\]"):
+        from_data(BackendConfig, {"eden": {"max_cos": 0.5}})
 
 
 def test_dry_run_goes_through_openrlhfs_real_parser(capsys):
