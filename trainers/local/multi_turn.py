@@ -35,36 +35,37 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class AgentConfig:
-    """Multi-turn settings (docs/methods.md section 2 defaults).
+    """Multi-turn settings (docs/methods.md section 2 defaults)."""
 
-    Attributes:
-        estimator: ``gigpo``, ``graphgpo``, or an episode-level ``grpo`` / ``grpo_mean`` / ``rloo`` / ``dr_grpo``.
-        max_turns: Turn cap of the trainer (the env's own step limit applies too). None (default): with SERO on
-            the env's ``EnvEntry.horizon`` (WebShop 15, ALFWorld 50: roots need budget left), else 8. `for_env`
-            fills it in (the trainer does); with SERO on it must be at least the root budget (the env's
-            ``EnvEntry.min_root_budget`` unless ``sero_opts.min_budget`` is set).
-        max_context_tokens: Token cap of an episode's whole context; beyond it the episode stops (counted).
-        adv: GiGPO / GraphGPO settings (`envkit.credit.advantage_options.AdvantageOptions`, shared with the
-            OpenRLHF backend's ``--adv``); ``adv.terminal_reward`` (10 here: GiGPO's 10 * success) is the reward of
-            a successful episode's last step, other steps get 0; ``adv.gamma_g`` None (default): the env's
-            ``EnvEntry.gamma_g`` (`for_env`).
-        system: Optional system message.
-        sero: SERO oracle continuations (`envkit.trainers.local.sero`; needs ``estimator="graphgpo"`` and an oracle
-            for the env: ``EnvEntry.oracle``).
-        sero_opts: SERO settings (`envkit.trainers.sero_options.TrainerSeroOptions`: roots per group, a root's
-            minimum budget, reachability weight, oracle share cap; a plain `SeroOptions` gets the trainer defaults).
-        reuse_kv_cache: Keep each live episode's KV cache between turns (`envkit.trainers.local.turn_cache`), so a turn
-            feeds only the new observation instead of prefilling the whole context again.
-    """
-
+    # --- credit ---
     estimator: Literal["gigpo", "graphgpo", "grpo", "grpo_mean", "rloo", "dr_grpo"] = "gigpo"
+    """``gigpo``, ``graphgpo``, or an episode-level ``grpo`` / ``grpo_mean`` / ``rloo`` / ``dr_grpo``."""
+    # --- episode and context ---
     max_turns: int | None = None
+    """Turn cap of the trainer (the env's own step limit applies too). None (default): with SERO on the env's
+    ``EnvEntry.horizon`` (WebShop 15, ALFWorld 50: roots need budget left), else 8. `for_env` fills it in (the
+    trainer does); with SERO on it must be at least the root budget (the env's ``EnvEntry.min_root_budget`` unless
+    ``sero_opts.min_budget`` is set)."""
     max_context_tokens: int = 1024
+    """Token cap of an episode's whole context; beyond it the episode stops (counted)."""
     adv: AdvantageOptions = field(default_factory=lambda: AdvantageOptions(terminal_reward=TERMINAL_REWARD))
+    """GiGPO / GraphGPO settings (`envkit.credit.advantage_options.AdvantageOptions`, shared with the OpenRLHF backend's
+    ``--adv``); ``adv.terminal_reward`` (10 here: GiGPO's 10 * success) is the reward of a successful episode's last
+    step, other steps get 0; ``adv.gamma_g`` None (default): the env's ``EnvEntry.gamma_g`` (`for_env`)."""
+    # --- prompt ---
     system: str | None = None
+    """Optional system message."""
+    # --- SERO ---
     sero: bool = False
+    """SERO oracle continuations (`envkit.trainers.local.sero`; needs ``estimator="graphgpo"`` and an oracle for the
+    env: ``EnvEntry.oracle``)."""
     sero_opts: TrainerSeroOptions = field(default_factory=TrainerSeroOptions)
+    """SERO settings (`envkit.trainers.sero_options.TrainerSeroOptions`: roots per group, a root's minimum budget,
+    reachability weight, oracle share cap; a plain `SeroOptions` gets the trainer defaults)."""
+    # --- speed ---
     reuse_kv_cache: bool = True
+    """Keep each live episode's KV cache between turns (`envkit.trainers.local.turn_cache`), so a turn feeds only the
+    new observation instead of prefilling the whole context again."""
 
     def __post_init__(self) -> None:
         if (self.max_turns is not None and self.max_turns < 1) or self.max_context_tokens < 8:
