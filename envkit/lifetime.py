@@ -25,7 +25,7 @@ from envkit.capability import snapshot_capability
 from envkit.errors import EnvkitError
 from envkit.pool import EnvPool, Request, Result
 
-__all__ = ["OwnerTrackingPool", "discard_many", "holds_resources", "taken_snapshots"]
+__all__ = ["OwnerTrackingPool", "discard_many", "holds_resources", "instance_scoped", "taken_snapshots"]
 
 
 def holds_resources(env: Any) -> bool:
@@ -33,6 +33,16 @@ def holds_resources(env: Any) -> bool:
     env without snapshots."""
     try:
         return snapshot_capability(env).holds_resources
+    except EnvkitError:
+        return False
+
+
+def instance_scoped(env: Any) -> bool:
+    """Whether `env`'s snapshots restore natively only in the instance that took them
+    (``SnapshotCapability.scope == "instance"``): a fork of such a snapshot must stay in that env. False for an env
+    without snapshots."""
+    try:
+        return snapshot_capability(env).scope == "instance"
     except EnvkitError:
         return False
 

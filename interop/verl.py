@@ -15,7 +15,7 @@ Settings: ``envkit: {env_id, remote, max_turns, env_kwargs}`` at the top of verl
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
@@ -23,6 +23,9 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetr
 import envkit
 from envkit.core import env_success
 from envkit.interop.trl import render
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @register("envkit")
@@ -72,7 +75,7 @@ class EnvkitAgentLoop(AgentLoopBase):
                     assistant_logprobs=out.log_probs or None,
                 )  # fmt: skip
                 ids, logprobs, turns = merged.token_ids, list(lp or []), turns + 1
-                tok: Any = self.tokenizer
+                tok: PreTrainedTokenizerBase = self.tokenizer
                 action = tok.decode(out.token_ids, skip_special_tokens=True).strip()
                 messages.append({"role": "assistant", "content": action})
                 actions.append(action)

@@ -21,9 +21,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import tokenizers
+    from transformers import PreTrainedTokenizerBase
 
 __all__ = [
     "AnchorBank",
@@ -37,7 +41,7 @@ __all__ = [
 _WORD_PREFIXES = ("Ġ", "▁", " ")  # byte-level BPE / sentencepiece word-start markers
 
 
-def decoded_vocab(tokenizer: Any) -> list[str]:
+def decoded_vocab(tokenizer: PreTrainedTokenizerBase | tokenizers.Tokenizer) -> list[str]:
     """The text of every token id of a HF tokenizer or a ``tokenizers.Tokenizer`` (one entry per id).
 
     Uses the raw token strings (``convert_ids_to_tokens``: fast, word-start markers such as ``Ġ``/``▁`` kept and

@@ -34,13 +34,17 @@ import sys
 from collections import defaultdict
 from copy import deepcopy
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from envkit.capability import snapshot_capability
 from envkit.credit.state_keys import AnchorTracker
-from envkit.errors import EnvkitError
+from envkit.lifetime import instance_scoped
 from envkit.trainers.explorers.branch import admit
 from envkit.trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord, RolloutSpec, Turn
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from envkit.trainers.openrlhf.gym_executor import GymAgentExecutor
 
 __all__ = ["ForkStart", "branch_group", "fork_slot", "plan_forks"]
 
@@ -84,13 +88,6 @@ def plan_forks(points: list[tuple[int, int]], slots: int, branches: int) -> list
     return [points[(j // branches) % len(points)] for j in range(slots)]
 
 
-def _instance_scoped(env: Any) -> bool:
-    try:
-        return snapshot_capability(env).scope == "instance"
-    except EnvkitError:
-        return False
-
-
 def fork_start(episode: Any, record: RolloutRecord, response: dict, turn: int, obs: Any, info: Any) -> ForkStart:
     """The `ForkStart` of a fork of `episode` (a `sero_rows.SeroEpisode` with its snapshots) before `turn`, once
     its env was restored there (`obs`, `info`).
@@ -124,11 +121,11 @@ def fork_start(episode: Any, record: RolloutRecord, response: dict, turn: int, o
 
 
 async def branch_group(
-    executor: Any,
+    executor: GymAgentExecutor,
     responses: list[dict],
     episodes: list[Any],
     actor: Any,
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     max_length: int,
     sampling_params: Any,
 ) -> list[dict]:
@@ -170,7 +167,7 @@ async def branch_group(
     jobs: dict[int, list[tuple[int, int, int]]] = defaultdict(list)  # backbone -> its forks, played in turn
     for slot, (b, t) in zip(slots, plan, strict=True):
         jobs[b].append((slot, b, t))
-    scoped = _instance_scoped(episodes[backbones[0]].env)
+    scoped = instance_scoped(episodes[backbones[0]].env)
 
     async def run(items: list[tuple[int, int, int]]) -> None:
         if scoped:  # the backbone's own env: one fork at a time

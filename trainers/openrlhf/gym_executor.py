@@ -31,7 +31,7 @@ import math
 from collections.abc import AsyncIterator, Mapping
 from copy import deepcopy
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 from openrlhf.utils.agent import AgentExecutorBase
@@ -42,6 +42,9 @@ from envkit.lifetime import discard_many
 from envkit.recorder import EpisodeRecorder
 from envkit.trainers.openrlhf.config import BackendConfig
 from envkit.trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord, RolloutSpec, Turn
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,7 @@ def render_prompt(prompt: str, observation: str) -> str:
     return prompt.replace("{obs}", observation) if "{obs}" in prompt else prompt + observation
 
 
-def clean_action(text: str, tokenizer: Any) -> str:
+def clean_action(text: str, tokenizer: PreTrainedTokenizerBase) -> str:
     """The action text sent to the env: special tokens (EOS, chat markers) removed, whitespace stripped."""
     for special in getattr(tokenizer, "all_special_tokens", []) or []:
         if special:
@@ -101,7 +104,7 @@ def clean_action(text: str, tokenizer: Any) -> str:
     return text.strip()
 
 
-def _tokenize(tokenizer: Any, text: str) -> list[int]:
+def _tokenize(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     return list(tokenizer(text=text, add_special_tokens=False)["input_ids"])
 
 
@@ -145,7 +148,7 @@ class GymAgentExecutor(AgentExecutorBase):
         label: Any,
         sampling_params: Any,
         max_length: int,
-        hf_tokenizer: Any,
+        hf_tokenizer: PreTrainedTokenizerBase,
         llm_engine: Any,
         images: Any = None,
     ) -> dict[str, Any]:
@@ -168,7 +171,7 @@ class GymAgentExecutor(AgentExecutorBase):
         label: Any,
         sampling_params: Any,
         max_length: int,
-        tokenizer: Any,
+        tokenizer: PreTrainedTokenizerBase,
         engine: Any,
         fork: Any = None,
     ) -> dict[str, Any]:
@@ -285,7 +288,7 @@ class GymAgentExecutor(AgentExecutorBase):
         }
 
     async def finish_group(
-        self, responses: list[dict], actor: Any, tokenizer: Any, max_length: int, sampling_params: Any
+        self, responses: list[dict], actor: Any, tokenizer: PreTrainedTokenizerBase, max_length: int, sampling_params: Any
     ) -> list[dict]:
         """After one prompt's rollouts: SERO oracle rows (``--sero``), the branch step's forks (fork slots of
         ``--explorer branch``), else the responses unchanged.

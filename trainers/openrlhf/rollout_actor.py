@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from copy import deepcopy
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import ray
@@ -32,10 +32,13 @@ from openrlhf.trainer.ray.vllm_worker_wrap import WorkerWrap
 from envkit.trainers.openrlhf.config import BackendConfig
 from envkit.trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord, RolloutSpec
 
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
 WORKER_EXTENSION = "envkit.trainers.openrlhf.rollout_actor.EnvkitWorkerWrap"
 
 
-def embedding_rows(model: Any, token_ids: list[int]) -> torch.Tensor:
+def embedding_rows(model: torch.nn.Module, token_ids: list[int]) -> torch.Tensor:
     """(L, d) input-embedding rows of ``token_ids`` from a vLLM or transformers model, on the CPU.
 
     vLLM >= 0.11 models expose ``embed_input_ids(input_ids)`` (0.29 has no ``get_input_embeddings``: found by the
@@ -218,7 +221,7 @@ class EnvkitRolloutActor(RolloutRayActor.__ray_actor_class__):  # type: ignore[n
         label: str,
         sampling_params: Any,
         max_length: int,
-        hf_tokenizer: Any,
+        hf_tokenizer: PreTrainedTokenizerBase,
         specs: list[dict],
         images: Any = None,
     ) -> list[dict]:
@@ -242,7 +245,7 @@ async def run_planned(
     label: str,
     sampling_params: Any,
     max_length: int,
-    hf_tokenizer: Any,
+    hf_tokenizer: PreTrainedTokenizerBase,
     specs: list[dict],
     images: Any = None,
 ) -> list[dict]:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -37,6 +37,11 @@ from envkit.credit.step_table import steps_anchor_dicts
 from envkit.recorder import EpisodeRecorder
 from envkit.trainers.openrlhf.config import BackendConfig
 from envkit.trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord, Turn
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
+
+    from envkit.trainers.openrlhf.gym_executor import GymAgentExecutor
 
 
 @dataclass
@@ -71,16 +76,16 @@ class SeroEpisode:
         )
 
 
-def _tokenize(tokenizer: Any, text: str) -> list[int]:
+def _tokenize(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
     return list(tokenizer(text=text, add_special_tokens=False)["input_ids"])
 
 
 async def sero_group(
-    executor: Any,
+    executor: GymAgentExecutor,
     responses: list[dict],
     episodes: list[SeroEpisode | None],
     actor: Any,
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     max_length: int,
     sampling_params: Any,
 ) -> list[dict]:
@@ -174,7 +179,7 @@ async def _oracle_row(
     t: int,
     outcome: Any,
     actor: Any,
-    tokenizer: Any,
+    tokenizer: PreTrainedTokenizerBase,
     max_length: int,
     sampling_params: Any,
 ) -> dict | None:

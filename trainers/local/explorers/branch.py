@@ -28,10 +28,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
-from envkit.capability import snapshot_capability
 from envkit.credit.branching import BranchTree, loo_advantages
-from envkit.errors import EnvkitError
-from envkit.lifetime import discard_many
+from envkit.lifetime import discard_many, instance_scoped
 from envkit.trainers.explorers.branch import BranchConfig, admit, worst_cost
 from envkit.trainers.local.contracts import AgentExplorer, Budget
 from envkit.trainers.local.generation import batch_sequences
@@ -109,14 +107,6 @@ def fork(backbone: Episode, turn: int, env: Any, index: int) -> Episode:
     ep.seed, ep.initial_info = backbone.seed, backbone.initial_info
     ep.infos = list(backbone.infos[: turn + 1])  # one per state of the prefix (their exact state keys)
     return ep
-
-
-def _instance_scoped(env: Any) -> bool:
-    """Whether `env`'s snapshots restore natively only in the instance that took them."""
-    try:
-        return snapshot_capability(env).scope == "instance"
-    except EnvkitError:
-        return False
 
 
 class AgentBranchDriver(AgentExplorer):
@@ -249,7 +239,7 @@ class AgentBranchDriver(AgentExplorer):
         """Restore and finish every pending fork. Where snapshots restore natively only in the instance that took
         them (``SnapshotCapability.scope == "instance"``: ALFWorld), each fork runs in its backbone's own env,
         one per env at a time (waves); elsewhere all run at once in fresh env instances of the pool."""
-        scoped = _instance_scoped(pending[0][0].env)
+        scoped = instance_scoped(pending[0][0].env)
         played: list[Episode] = []
         wave = 0
         while pending:
