@@ -288,7 +288,12 @@ class GymAgentExecutor(AgentExecutorBase):
         }
 
     async def finish_group(
-        self, responses: list[dict], actor: Any, tokenizer: PreTrainedTokenizerBase, max_length: int, sampling_params: Any
+        self,
+        responses: list[dict],
+        actor: Any,
+        tokenizer: PreTrainedTokenizerBase,
+        max_length: int,
+        sampling_params: Any,
     ) -> list[dict]:
         """After one prompt's rollouts: SERO oracle rows (``--sero``), the branch step's forks (fork slots of
         ``--explorer branch``), else the responses unchanged.
