@@ -160,7 +160,6 @@ class Episode:
     context_truncated: bool = False
     action_truncated: int = 0
     seed: int | None = None
-    initial_info: dict[str, Any] = field(default_factory=dict)
     recorder: EpisodeRecorder | None = None  # with ``record=True``: the env steps and snapshots (SERO, branching)
     icl: bool = False  # XRPO: the first prompt carries ICL demonstrations
     noisy: bool = False  # EDEN: the first turn had a perturbed extra input position
@@ -168,6 +167,12 @@ class Episode:
     loss_prompt_ids: list[int] | None = None  # the prompt the loss sees, when not `prompt_ids` (XRPO clean)
     logprobs: list[float] = field(default_factory=list)  # sampling log-probs of the action tokens, when recorded
     infos: list[dict[str, Any]] = field(default_factory=list)  # JSON-able info of each of `states` (state keys)
+
+    @property
+    def initial_info(self) -> dict[str, Any]:
+        """The JSON-able info where the recording starts (the reset's; a fork's: its start state's), from
+        `recorder`; empty when the episode was played without ``record=True``."""
+        return self.recorder.initial_info if self.recorder is not None else {}
 
     @property
     def train_prompt_ids(self) -> list[int]:
@@ -303,7 +308,7 @@ def play_specs(
                 f"{len(ids) + max_new_tokens}"
             )
         ep = Episode(spec.group, spec.index, env, ids, list(ids), [], [], [str(obs)], [], [], [])
-        ep.seed, ep.initial_info = int(spec.seed), jsonable(info0) if record else {}
+        ep.seed = int(spec.seed)
         ep.recorder = EpisodeRecorder(obs, info0, snapshots=_has_snapshots(env)) if record else None
         ep.infos = [jsonable(info0)]
         ep.icl = spec.prompt_text is not None

@@ -99,22 +99,9 @@ def test_pass_at_k():
         pass_at_k(3, 4, 1)
 
 
-# ---- GiGPO / GraphGPO on one hand-computed table ----
-# group 0: T0 = a -> b -> SUCCESS (rewards 0, 10); T1 = a -> a (invalid, a loop) -> c -> failed end.
-# group 1: one trajectory, one step from x, failed (singleton everything -> 0).
-def _table() -> StepTable:
-    return StepTable(
-        group=[0, 0, 0, 0, 0, 1],
-        trajectory=[0, 0, 1, 1, 1, 0],
-        step=[0, 1, 0, 1, 2, 0],
-        state=["a", "b", "a", "a", "c", "x"],
-        reward=[0, 10, 0, 0, 0, 0],
-        invalid=[False, False, False, True, False, False],
-    )
-
-
-def test_step_table_defaults_and_row_order_independence():
-    t = _table()
+# ---- GiGPO / GraphGPO on one hand-computed table (`hand_table`, tests/envkit/credit/conftest.py) ----
+def test_step_table_defaults_and_row_order_independence(hand_table: StepTable):
+    t = hand_table
     np.testing.assert_array_equal(t.episode_return, [10, 10, 0, 0, 0, 0])
     np.testing.assert_array_equal(t.success, [True, True, False, False, False, False])
     assert list(t.next_nodes()) == ["b", SUCCESS_NODE, "a", "c", TERMINAL_NODE, TERMINAL_NODE]
@@ -135,8 +122,8 @@ def test_step_table_defaults_and_row_order_independence():
         StepTable(group=[0, 0], trajectory=[0, 0], step=[0, 0], state=["a", "b"], reward=[0, 0])
 
 
-def test_gigpo_steps_mode_mean_norm_exact():
-    res = gigpo_advantages(_table(), gamma=0.5, omega=1.0, norm="mean", invalid_penalty=0.5)
+def test_gigpo_steps_mode_mean_norm_exact(hand_table: StepTable):
+    res = gigpo_advantages(hand_table, gamma=0.5, omega=1.0, norm="mean", invalid_penalty=0.5)
     # episode scores 10, 10, 0, -0.5 (invalid), 0 -> step-row mean 3.9
     np.testing.assert_allclose(res.episode, [6.1, 6.1, -3.9, -4.4, -3.9, 0.0], atol=1e-12)
     # returns after penalty: 5, 10, 0, -0.5, 0, 0; state-a group {5, 0, -0.5}, mean 1.5
@@ -144,24 +131,24 @@ def test_gigpo_steps_mode_mean_norm_exact():
     np.testing.assert_allclose(res.step, [3.5, 0.0, -1.5, -2.0, 0.0, 0.0], atol=1e-12)
     np.testing.assert_allclose(res.advantages, [9.6, 6.1, -5.4, -6.4, -3.9, 0.0], atol=1e-12)
     assert res.step_group[0] == res.step_group[2] == res.step_group[3]  # loop visits are separate members
-    res2 = gigpo_advantages(_table(), gamma=0.5, omega=2.0, norm="mean", invalid_penalty=0.5)
+    res2 = gigpo_advantages(hand_table, gamma=0.5, omega=2.0, norm="mean", invalid_penalty=0.5)
     np.testing.assert_allclose(res2.advantages, res.episode + 2 * res.step, atol=1e-12)
 
 
-def test_gigpo_std_and_trajectory_stats_exact():
-    res = gigpo_advantages(_table(), gamma=0.5, norm="std", invalid_penalty=0.5, eps=0.0)
+def test_gigpo_std_and_trajectory_stats_exact(hand_table: StepTable):
+    res = gigpo_advantages(hand_table, gamma=0.5, norm="std", invalid_penalty=0.5, eps=0.0)
     scores = np.array([10, 10, 0, -0.5, 0])
     std_e = scores.std(ddof=1)
     np.testing.assert_allclose(res.episode[:5], (scores - 3.9) / std_e, rtol=1e-12)
     std_a = math.sqrt((3.5**2 + 1.5**2 + 2.0**2) / 2)
     np.testing.assert_allclose(res.step[[0, 2, 3]], np.array([3.5, -1.5, -2.0]) / std_a, rtol=1e-12)
-    traj = gigpo_advantages(_table(), gamma=0.5, norm="mean", invalid_penalty=0.5, episode_stats="trajectories")
+    traj = gigpo_advantages(hand_table, gamma=0.5, norm="mean", invalid_penalty=0.5, episode_stats="trajectories")
     # paper mode: mean over the two trajectory returns {10, 0} = 5; each row centred with its own score
     np.testing.assert_allclose(traj.episode, [5, 5, -5, -5.5, -5, 0], atol=1e-12)
-    traj_std = gigpo_advantages(_table(), norm="std", eps=0.0, invalid_penalty=0.0, episode_stats="trajectories")
+    traj_std = gigpo_advantages(hand_table, norm="std", eps=0.0, invalid_penalty=0.0, episode_stats="trajectories")
     np.testing.assert_allclose(traj_std.episode[:5], np.array([5, 5, -5, -5, -5]) / math.sqrt(50), rtol=1e-12)
     with pytest.raises(ValueError, match="episode_stats"):
-        gigpo_advantages(_table(), episode_stats="episodes")  # type: ignore[arg-type]
+        gigpo_advantages(hand_table, episode_stats="episodes")  # type: ignore[arg-type]
 
 
 def test_gigpo_all_fail_group_is_zero_without_invalid_actions():
@@ -185,8 +172,8 @@ def test_graph_distances_unreachable_and_no_success():
         build_transition_graph([(SUCCESS_NODE, "x", "a")])
 
 
-def test_graphgpo_exact():
-    res = graphgpo_advantages(_table(), gamma_g=0.5, norm="mean", invalid_penalty=0.5)
+def test_graphgpo_exact(hand_table: StepTable):
+    res = graphgpo_advantages(hand_table, gamma_g=0.5, norm="mean", invalid_penalty=0.5)
     assert res.distances[0] == {"a": 2, "b": 1, SUCCESS_NODE: 0, "c": 3, TERMINAL_NODE: 3}
     assert res.distances[1] == {"x": 1, TERMINAL_NODE: 1}  # no success in the group: every node d = 1
     np.testing.assert_array_equal(res.distance, [1, 0, 2, 3, 3, 1])
@@ -194,7 +181,7 @@ def test_graphgpo_exact():
     # same-state "a" rows {5, 2.5, 0.75}: mean 2.75
     np.testing.assert_allclose(res.graph_adv, [2.25, 0, -0.25, -2.0, 0, 0], atol=1e-12)
     np.testing.assert_allclose(res.advantages, [8.35, 6.1, -4.15, -6.4, -3.9, 0.0], atol=1e-12)
-    weighted = graphgpo_advantages(_table(), gamma_g=0.5, norm="mean", invalid_penalty=0.5, beta_g=2.0, beta_e=0.5)
+    weighted = graphgpo_advantages(hand_table, gamma_g=0.5, norm="mean", invalid_penalty=0.5, beta_g=2.0, beta_e=0.5)
     np.testing.assert_allclose(weighted.advantages, 2 * res.graph_adv + 0.5 * res.episode, atol=1e-12)
 
 
@@ -223,8 +210,8 @@ def test_graphgpo_no_success_group_graph_advantage_is_only_the_invalid_penalty()
     np.testing.assert_allclose(res.graph_adv, [0.05, 0.0, -0.05, 0.0], atol=1e-12)
 
 
-def test_graphgpo_extra_transitions_for_sero():
-    t = _table()
+def test_graphgpo_extra_transitions_for_sero(hand_table: StepTable):
+    t = hand_table
     res = graphgpo_advantages(
         t, gamma_g=0.5, norm="mean", invalid_penalty=0.0, extra_transitions={0: [("c", "oracle", SUCCESS_NODE)]}
     )

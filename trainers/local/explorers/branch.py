@@ -104,7 +104,7 @@ def fork(backbone: Episode, turn: int, env: Any, index: int) -> Episode:
         backbone.group, index, env, backbone.context[:start], backbone.context[:start], [], [],
         backbone.states[: turn + 1], backbone.actions[:turn], backbone.rewards[:turn], backbone.invalid[:turn],
     )  # fmt: skip
-    ep.seed, ep.initial_info = backbone.seed, backbone.initial_info
+    ep.seed = backbone.seed
     ep.infos = list(backbone.infos[: turn + 1])  # one per state of the prefix (their exact state keys)
     return ep
 
