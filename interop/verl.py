@@ -76,7 +76,7 @@ class EnvkitAgentLoop(AgentLoopBase):
                 )  # fmt: skip
                 ids, logprobs, turns = merged.token_ids, list(lp or []), turns + 1
                 tok: PreTrainedTokenizerBase = self.tokenizer
-                action = tok.decode(out.token_ids, skip_special_tokens=True).strip()
+                action = str(tok.decode(out.token_ids, skip_special_tokens=True)).strip()
                 messages.append({"role": "assistant", "content": action})
                 actions.append(action)
                 t1 = loop.time()

@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 WORKER_EXTENSION = "envkit.trainers.openrlhf.rollout_actor.EnvkitWorkerWrap"
 
 
-def embedding_rows(model: torch.nn.Module, token_ids: list[int]) -> torch.Tensor:
+def embedding_rows(model: Any, token_ids: list[int]) -> torch.Tensor:
     """(L, d) input-embedding rows of ``token_ids`` from a vLLM or transformers model, on the CPU.
 
     vLLM >= 0.11 models expose ``embed_input_ids(input_ids)`` (0.29 has no ``get_input_embeddings``: found by the
