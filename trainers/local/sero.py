@@ -41,6 +41,7 @@ from envkit.trainers.local.episode_steps import step_table
 from envkit.trainers.local.multi_turn import AgentConfig, Episode, continuation_ids
 from envkit.trainers.local.prompt_encoding import encode_text
 from envkit.trainers.local.shared_prefix import response_logits
+from envkit.trainers.sero_splice import splice_oracle_steps
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -172,22 +173,15 @@ def _oracle_row(tokenizer: PreTrainedTokenizerBase, e: Episode, outcome: Any) ->
         context = e.context[: e.action_start(t)]
     else:  # the root is the episode's final state: its observation was never appended
         context = e.context + continuation_ids(tokenizer, e.action_ids(t - 1), outcome.root.observation, raw=False)
-    response = context[len(e.prompt_ids) :]
+    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    response, spans = splice_oracle_steps(
+        context[len(e.prompt_ids) :], outcome.steps, lambda action: encode_text(tokenizer, action) + eos,
+        lambda act, observation: continuation_ids(tokenizer, act, observation, raw=False),
+    )  # fmt: skip
     advs = [0.0] * len(response)
     flags = [0] * len(response)
-    spans = []
-    eos = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
-    for j, step in enumerate(outcome.steps):
-        act = encode_text(tokenizer, step.action) + eos
-        spans.append((len(response), len(response) + len(act)))
-        response += act
-        advs += [0.0] * len(act)
-        flags += [1] * len(act)
-        if j + 1 < len(outcome.steps):
-            more = continuation_ids(tokenizer, act, step.next_observation, raw=False)
-            response += more
-            advs += [0.0] * len(more)
-            flags += [0] * len(more)
+    for start, end in spans:
+        flags[start:end] = [1] * (end - start)
     return OracleRow(e.group, list(e.train_prompt_ids), response, advs, flags, spans)
 
 

@@ -37,6 +37,7 @@ from envkit.credit.step_table import steps_anchor_dicts
 from envkit.recorder import EpisodeRecorder
 from envkit.trainers.openrlhf.config import BackendConfig
 from envkit.trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord, Turn
+from envkit.trainers.sero_splice import splice_oracle_steps
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -191,13 +192,10 @@ async def _oracle_row(
     else:  # the root is the final state: append its observation as feedback
         tokens = tokens + _tokenize(tokenizer, cfg.feedback_template.format(obs=outcome.root.observation))
     eos = [tokenizer.eos_token_id] if getattr(tokenizer, "eos_token_id", None) is not None else []
-    spans: list[tuple[int, int]] = []
-    for j, step in enumerate(outcome.steps):
-        act = _tokenize(tokenizer, step.action) + eos
-        spans.append((len(tokens), len(tokens) + len(act)))
-        tokens += act
-        if j + 1 < len(outcome.steps):
-            tokens += _tokenize(tokenizer, cfg.feedback_template.format(obs=step.next_observation))
+    tokens, spans = splice_oracle_steps(
+        tokens, outcome.steps, lambda action: _tokenize(tokenizer, action) + eos,
+        lambda _act, observation: _tokenize(tokenizer, cfg.feedback_template.format(obs=observation)),
+    )  # fmt: skip
     if len(tokens) > max_length:
         return None
     logprobs = await actor.prompt_logprobs(tokens)  # logprobs[i] is the log-prob of tokens[i + 1]
