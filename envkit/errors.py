@@ -5,7 +5,9 @@ Every error says what happened, what was expected and how to fix it.
 
 from __future__ import annotations
 
+import difflib
 import importlib
+from collections.abc import Iterable
 from types import ModuleType
 
 
@@ -19,6 +21,10 @@ class SnapshotError(EnvkitError):
 
 class ReplayDivergenceError(SnapshotError):
     """Replaying an action prefix did not reproduce the recorded observations."""
+
+
+class UnknownOptionError(EnvkitError, TypeError):
+    """A keyword (constructor argument, reset option) the receiver does not know; the message names the closest."""
 
 
 class SnapshotContractError(EnvkitError, AssertionError):
@@ -85,3 +91,33 @@ def require(module: str, extra: str, *, what: str | None = None) -> ModuleType:
             f"{who} needs the Python package {module!r}, which is not importable ({exc}). "
             f"Install it with: pip install 'envkit[{extra}]'  (from a checkout: pip install -e '.[{extra}]')"
         ) from exc
+
+
+def closest(name: str, valid: Iterable[str]) -> str | None:
+    """The name in `valid` closest to `name` by edit distance (case-insensitive), or None when nothing is close."""
+    lowered = {v.lower(): v for v in valid}
+    hit = difflib.get_close_matches(name.lower(), list(lowered), n=1, cutoff=0.6)
+    return lowered[hit[0]] if hit else None
+
+
+def check_names(given: Iterable[str], valid: Iterable[str], what: str) -> None:
+    """Refuse names in `given` that `valid` does not hold, naming the closest valid one.
+
+    Args:
+        given: The names passed (keyword arguments, option keys).
+        valid: The names accepted.
+        what: What takes them, for the message, e.g. ``"reset option of envkit/WebShop-v0"``.
+
+    Raises:
+        UnknownOptionError: a name is not valid (a typo is never dropped silently).
+    """
+    known = sorted(valid)
+    for name in given:
+        if name in known:
+            continue
+        hint = closest(name, known)
+        raise UnknownOptionError(
+            f"unknown {what} {name!r}."
+            + (f" Did you mean {hint!r}?" if hint else "")
+            + f" Valid: {', '.join(known) if known else '(none)'}"
+        )

@@ -70,7 +70,7 @@ class RecordStore:
             if "__meta__" in obj:
                 old = obj["__meta__"]
                 if self.meta and old != self.meta:
-                    changed = sorted(k for k in set(old) | set(self.meta) if old.get(k) != self.meta.get(k))
+                    changed = changed_settings(old, self.meta)
                     raise EnvkitError(
                         f"{self.journal} was written with other settings ({', '.join(changed)} differ); resume with "
                         "the same settings, or choose another --out, or delete the journal to start over"
@@ -217,3 +217,12 @@ def write_trajectories(trajs: Iterable[Trajectory], path: str | os.PathLike[str]
     else:
         raise EnvkitError(f"{p}: unknown format; expected .jsonl or .parquet")
     return p
+
+
+def changed_settings(old: Mapping[str, Any], new: Mapping[str, Any]) -> list[str]:
+    """The keys whose values differ between two settings mappings (a key missing on one side differs), sorted.
+
+    The one comparison behind every resume check: the oracle journal (`RecordStore`) and the local trainer's
+    run folder (`envkit.trainers.local.run_dir`).
+    """
+    return sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))

@@ -26,20 +26,23 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
+import inspect
 import pickle
 import uuid
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, SupportsFloat, runtime_checkable
+from typing import Any, ClassVar, Protocol, SupportsFloat, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
 
 from envkit.capability import SNAPSHOT_KINDS, SnapshotCapability
 from envkit.discard_ledger import DiscardLedger
-from envkit.errors import InvalidActionError, ReplayDivergenceError, ResetNeededError, SnapshotError
+from envkit.errors import InvalidActionError, ReplayDivergenceError, ResetNeededError, SnapshotError, check_names
 from envkit.spaces import FreeText
 
 __all__ = [
@@ -66,6 +69,8 @@ class Snapshot:
             was reset without a seed). `SnapshotEnvBase` records it for every env.
         id: Unique id (for `discard` bookkeeping): ``"<origin>:<n>"``, `origin` drawn once per env instance and
             `n` counting up (`envkit.discard_ledger`).
+        settings: The settings of the env that took it which shape its states (``(name, repr(value))`` pairs,
+            `SnapshotEnvBase.state_settings`): restore refuses an env built with other ones.
     """
 
     env: str
@@ -73,6 +78,7 @@ class Snapshot:
     payload: Any = field(repr=False)
     replay: ReplayState | None = field(default=None, repr=False)
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    settings: tuple[tuple[str, str], ...] = field(default=(), repr=False)
 
 
 @runtime_checkable
@@ -115,9 +121,55 @@ class SnapshotEnvBase(gym.Env[str, str]):
     ``SnapshotCapability(holds_resources=True)`` in ``metadata``). The public methods validate their
     input and the episode state, then delegate. Step limits and histories belong inside the env (not in
     gymnasium wrappers) so that they are part of the snapshot (rule 4).
+
+    Settings checks, for every subclass: a constructor keyword the class does not take raises
+    `envkit.errors.UnknownOptionError` naming the closest one (the ``__init__`` parameters, plus the fields of
+    `config_class` for envs that take their config as ``**options``); a `reset` option outside `reset_options`
+    does the same; a snapshot restores only into an env whose `state_settings` equal those of the env that took
+    it (``SnapshotError`` naming the settings that differ).
     """
 
     metadata: dict[str, Any] = {"render_modes": [], **SnapshotCapability().metadata()}
+    #: The keys `reset(options=...)` accepts; None: not checked (the subclass checks them itself).
+    reset_options: ClassVar[frozenset[str] | None] = None
+    #: The dataclass whose fields ``__init__(**options)`` forwards (the constructor check accepts them too).
+    config_class: ClassVar[type | None] = None
+    #: Fields of ``self.config`` that do not change what a state is (cache sizes): left out of `state_settings`.
+    settings_not_state: ClassVar[frozenset[str]] = frozenset()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is None or getattr(init, "_envkit_checked", False):
+            return
+        params = inspect.signature(init).parameters
+        names = {n for n, p in params.items() if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)} - {"self"}
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in params.values())
+
+        @functools.wraps(init)
+        def checked_init(self: Any, *args: Any, **kw: Any) -> None:
+            config_class = type(self).config_class
+            if not takes_any or config_class is not None:
+                valid = names | ({f.name for f in dataclasses.fields(config_class)} if config_class else set())
+                check_names(kw, valid, f"keyword argument of {type(self).__name__}")
+            init(self, *args, **kw)
+
+        checked_init._envkit_checked = True  # type: ignore[attr-defined]
+        cls.__init__ = checked_init  # type: ignore[method-assign]
+
+    def state_settings(self) -> dict[str, Any]:
+        """The settings this env was built with that shape its states (what a snapshot must be restored under).
+
+        Default: the fields of ``self.config`` when it is a dataclass, minus `settings_not_state`; else none.
+        Envs without such a config override this (e.g. `envkit.testing.ToyEnv`: its step limit).
+        """
+        config = getattr(self, "config", None)
+        if config is None or not dataclasses.is_dataclass(config) or isinstance(config, type):
+            return {}
+        return {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in self.settings_not_state}
+
+    def _settings_key(self) -> tuple[tuple[str, str], ...]:
+        return tuple(sorted((k, repr(v)) for k, v in self.state_settings().items()))
 
     def __init__(
         self, *, evaluation: bool = False, max_action_length: int = 1 << 16, max_observation_length: int = 1 << 22
@@ -141,6 +193,8 @@ class SnapshotEnvBase(gym.Env[str, str]):
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         if options is not None and not isinstance(options, Mapping):
             raise TypeError(f"reset(options=...) must be a dict or None, got {type(options).__name__}")
+        if options and self.reset_options is not None:
+            check_names(options, self.reset_options, f"reset option of {type(self).__name__}")
         super().reset(seed=seed)
         opts = dict(options or {})
         obs, info = self._reset(seed=seed, options=opts)
@@ -180,6 +234,7 @@ class SnapshotEnvBase(gym.Env[str, str]):
             payload=(payload, self._episode_over, self.np_random.bit_generator.state),  # the getter returns a new dict
             replay=self._replay,
             id=f"{self._snapshot_origin}:{n}",
+            settings=self._settings_key(),
         )
 
     def restore(self, snapshot: Snapshot) -> tuple[str, dict[str, Any]]:
@@ -227,6 +282,16 @@ class SnapshotEnvBase(gym.Env[str, str]):
             )
         if snapshot.id in self._discarded:
             raise SnapshotError("this snapshot was discarded with env.discard(s) and can no longer be restored")
+        theirs, ours = dict(getattr(snapshot, "settings", ())), dict(self._settings_key())
+        if theirs != ours:
+            diff = sorted(k for k in theirs.keys() | ours.keys() if theirs.get(k) != ours.get(k))
+            was = ", ".join(f"{k}={theirs.get(k, '(unset)')}" for k in diff)
+            now = ", ".join(f"{k}={ours.get(k, '(unset)')}" for k in diff)
+            raise SnapshotError(
+                f"this snapshot was taken in a {type(self).__name__} built with {was}; this env has {now}. Its state "
+                f"means something else here: restore it into an env made with the same settings "
+                f"(e.g. gymnasium.make(id, {', '.join(f'{k}={theirs[k]}' for k in diff if k in theirs)}))"
+            )
 
     # ----- to implement ----------------------------------------------------------------------------------
     def _reset(self, *, seed: int | None, options: dict[str, Any]) -> tuple[str, dict[str, Any]]:

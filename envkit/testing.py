@@ -28,6 +28,7 @@ class ToyEnv(SnapshotEnvBase):
     """See the module docstring."""
 
     metadata = {"render_modes": [], **SnapshotCapability().metadata()}
+    reset_options = frozenset({"length", "goal"})
 
     def __init__(
         self, max_steps: int = 20, step_delay: float = 0.0, allow_crash: bool = False, evaluation: bool = False
@@ -43,6 +44,9 @@ class ToyEnv(SnapshotEnvBase):
         self._length = 8
         self._t = 0
         self._history: tuple[str, ...] = ()
+
+    def state_settings(self) -> dict[str, Any]:
+        return {"max_steps": self.max_steps}
 
     def _obs(self, feedback: str) -> str:
         return f"You are at cell {self._pos} of {self._length}. The goal is cell {self._goal}. {feedback}".strip()

@@ -123,6 +123,7 @@ class VerifierEnv(SnapshotEnvBase, Generic[P, R, V]):
     """
 
     metadata = {"render_modes": [], **SnapshotCapability().metadata()}
+    reset_options = frozenset({"task_id", "index"})
 
     def __init__(
         self, *, max_attempts: int, prompt_template: str, placeholder: str, verifier: V | None, evaluation: bool
@@ -142,6 +143,12 @@ class VerifierEnv(SnapshotEnvBase, Generic[P, R, V]):
         self._index = 0
         self._history: tuple[tuple[str, str, float], ...] = ()  # (action, verdict, reward) per attempt
         self._obs = ""
+
+    def state_settings(self) -> dict[str, Any]:
+        """Attempts, prompt and the problem set (its size and first id: a different data file is another set)."""
+        first = self.problems[0].id if self.problems else None
+        return {"max_attempts": self.max_attempts, "prompt_template": self.prompt_template,
+                "problems": (len(self.problems), first)}  # fmt: skip
 
     def _use_problems(self, problems: tuple[P, ...]) -> None:
         self.problems = problems

@@ -7,10 +7,11 @@ the earlier oracle steps).
 - ``sft``: one row per step of every *successful* episode: the policy's own successes and the oracle
   continuations (their oracle steps only). Columns: ``messages`` (system, user, assistant = the action),
   ``weight`` (the reachability weight of oracle rows, 1 for policy rows), ``is_oracle``, ``task_id``,
-  ``trajectory``, ``step``.
+  ``env_task_id`` (the env's own id of the task: WebShop goal, SWE instance, ALFWorld game), ``trajectory``,
+  ``step``.
 - ``rl``: one row per step of every episode: ``prompt`` (system + user messages), ``completion`` (the action),
   ``advantage`` (GraphGPO, before weighting), ``weight``, ``weighted_advantage``, ``is_oracle``, ``reward``,
-  ``distance``, ``task_id``, ``trajectory``, ``step``.
+  ``distance``, ``task_id``, ``env_task_id``, ``trajectory``, ``step``.
 
 Output: ``.jsonl`` or ``.parquet``; load with ``datasets.load_dataset("json"|"parquet", data_files=PATH)``.
 """
@@ -86,6 +87,7 @@ def build_rows(
             history.append(_step(r))
             base = {
                 "task_id": task_id,
+                "env_task_id": r.get("env_task_id"),
                 "trajectory": traj,
                 "step": int(r["step"]),
                 "is_oracle": oracle,

@@ -23,6 +23,7 @@ from envkit.oracles.continuation import ContinuationOutcome
 STEP_FIELDS = (
     "env_id",
     "task_id",
+    "env_task_id",
     "task",
     "seed",
     "group",
@@ -95,7 +96,9 @@ def task_records(
 ) -> list[dict[str, Any]]:
     pol, ora = credit
     task_id = f"task-{index}"
-    base = {"env_id": env_id, "task_id": task_id, "task": index, "seed": seed, "group": index}
+    # the env's own id of the task (WebShop goal, SWE instance, ALFWorld game): joins records with task metadata
+    env_task = next((str(t.initial_info["task_id"]) for t in trajs if t.initial_info.get("task_id") is not None), None)
+    base = {"env_id": env_id, "task_id": task_id, "env_task_id": env_task, "task": index, "seed": seed, "group": index}
     recs: list[dict[str, Any]] = []
 
     def row(traj_id: int, t: int, st: Any, info_before: Mapping[str, Any], success: bool, **extra: Any) -> None:

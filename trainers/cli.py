@@ -64,6 +64,12 @@ def run_local(argv: Sequence[str]) -> None:
     found = problems(cfg.task, cfg.model.path)
     if found:
         _fail(*found)
+    from envkit.trainers.local.run_dir import RunDirError, check_run_dir
+
+    try:
+        check_run_dir(cfg)
+    except RunDirError as exc:
+        _fail(str(exc))
     run_dir = Path(cfg.run_dir)
     existed = run_dir.exists()
     try:

@@ -141,6 +141,9 @@ class ALFWorldEnv(SnapshotEnvBase):
         ).metadata(),
     }
 
+    reset_options = frozenset({"game", "task_id", "task_type"})
+    settings_not_state = frozenset({"cache_dir", "asset_cache_size", "live_snapshots"})
+
     def __init__(
         self,
         split: str = "train",

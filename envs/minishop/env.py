@@ -61,6 +61,8 @@ class MiniShopEnv(SnapshotEnvBase):
     #: `scripts/compare_sero_mini.py` measures each arm's env steps per training step with it
     steps_in_process = 0
 
+    reset_options = frozenset({"task"})
+
     def __init__(self, split: str = "train", max_steps: int = 8, evaluation: bool = False) -> None:
         super().__init__(evaluation=evaluation, max_action_length=256)
         if max_steps < 3:
@@ -74,6 +76,9 @@ class MiniShopEnv(SnapshotEnvBase):
         self._t = 0
         self._bought = -1
         self._feedback = ""
+
+    def state_settings(self) -> dict[str, Any]:
+        return {"split": self.split, "max_steps": self.max_steps}
 
     # ----- state, read by the oracle ---------------------------------------------------------------------
     @property

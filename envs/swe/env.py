@@ -102,6 +102,7 @@ class SWEEnv(SnapshotEnvBase):
     """See the module docstring."""
 
     metadata = {"render_modes": [], **SnapshotCapability(holds_resources=True).metadata()}
+    reset_options = frozenset({"task_id", "index"})
 
     def __init__(
         self,

@@ -194,6 +194,8 @@ class WebShopEnvBase(SnapshotEnvBase):
     """
 
     metadata = {"render_modes": [], **SnapshotCapability().metadata()}
+    reset_options = frozenset({"goal_index"})
+    config_class = WebShopConfig
 
     def __init__(self, config: WebShopConfig | None = None, *, evaluation: bool = False, **options: Any):
         super().__init__(evaluation=evaluation)
@@ -206,6 +208,10 @@ class WebShopEnvBase(SnapshotEnvBase):
     @property
     def catalog(self) -> Catalog:
         return self.core.catalog
+
+    def state_settings(self) -> dict[str, Any]:
+        """The config's fields and the catalog actually loaded (``data_dir=None`` depends on ``$WEBSHOP_DATA``)."""
+        return {**super().state_settings(), "catalog": self.catalog.source}
 
     #: ``search_query(text)``: a valid search argument from free text (`envkit.envs.webshop.shop.search_query`).
     search_query = staticmethod(search_query)

@@ -39,6 +39,7 @@ from envkit.trainers.local.contracts import AgentExplorer, BatchSource, SingleTu
 from envkit.trainers.local.explorers.registry import make_source
 from envkit.trainers.local.metrics import MetricsLogger, plot_metrics
 from envkit.trainers.local.probe import ProbePair, oracle_path_pairs, probe
+from envkit.trainers.local.run_dir import check_run_dir
 from envkit.trainers.local.task_specs import make_task
 from envkit.trainers.local.tasks import ProblemSource
 from envkit.trainers.local.update import update
@@ -54,6 +55,8 @@ class LocalTrainer:
     """Runs `TrainConfig` (see the module docstring); `train()` returns the logged records."""
 
     def __init__(self, cfg: TrainConfig):
+        if cfg.resume:  # a resume keeps the run's settings (a new run into a used folder: the CLI refuses it)
+            check_run_dir(cfg)
         self.cfg = cfg
         torch.set_num_threads(cfg.torch_threads)
         self.run_dir = Path(cfg.run_dir)
