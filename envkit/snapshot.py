@@ -151,7 +151,7 @@ class SnapshotEnvBase(gym.Env[str, str]):
             config_class = type(self).config_class
             if not takes_any or config_class is not None:
                 valid = names | ({f.name for f in dataclasses.fields(config_class)} if config_class else set())
-                check_names(kw, valid, f"keyword argument of {type(self).__name__}")
+                check_names(kw, valid, f"{type(self).__name__} keyword argument")
             init(self, *args, **kw)
 
         checked_init._envkit_checked = True  # type: ignore[attr-defined]
@@ -194,7 +194,7 @@ class SnapshotEnvBase(gym.Env[str, str]):
         if options is not None and not isinstance(options, Mapping):
             raise TypeError(f"reset(options=...) must be a dict or None, got {type(options).__name__}")
         if options and self.reset_options is not None:
-            check_names(options, self.reset_options, f"reset option of {type(self).__name__}")
+            check_names(options, self.reset_options, f"{type(self).__name__} reset option")
         super().reset(seed=seed)
         opts = dict(options or {})
         obs, info = self._reset(seed=seed, options=opts)

@@ -98,8 +98,13 @@ def serve(cfg: ServeConfig) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    """Console-script entry point (options built by tyro from `ServeConfig`)."""
-    serve(cli(ServeConfig, args=list(sys.argv[1:] if argv is None else argv), prog="envkit-serve"))
+    """Console-script entry point (options built by tyro from `ServeConfig`); runs itself in the interop venv when
+    this interpreter lacks the serve dependencies (`envkit.serve.interpreter`)."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    from envkit.serve.interpreter import reexec_if_needed
+
+    reexec_if_needed(args)
+    serve(cli(ServeConfig, args=args, prog="envkit-serve"))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ engine's model (tests marked ``vllm``), and CI's no-skip rule.
 A test that needs a component this machine lacks (an extra, a system tool, data, root) skips with the reason, so
 a partial install still runs the rest. Under ``CI=true`` (`.ci/run` sets it) every such skip is turned into a
 failure: CI installs everything, so a skip there means a set-up step is broken. Only tests marked ``gpu`` may
-skip in CI (CI has no GPU), and expected failures (xfail) stay what they are.
+skip in CI (CI has no GPU), and so may documented commands marked ``manual`` (tests/test_docs.py: the doc says why),
+and expected failures (xfail) stay what they are.
 """
 
 from __future__ import annotations
@@ -47,7 +48,8 @@ class NoSkipInCI:
     def pytest_runtest_makereport(self, item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
         outcome = yield
         rep = outcome.get_result()
-        if rep.skipped and not hasattr(rep, "wasxfail") and item.get_closest_marker("gpu") is None:
+        exempt = item.get_closest_marker("gpu") is not None or item.get_closest_marker("manual") is not None
+        if rep.skipped and not hasattr(rep, "wasxfail") and not exempt:
             rep.outcome = "failed"
             rep.longrepr = f"{CI_SKIP}: {_skip_reason(rep.longrepr)}"
 
