@@ -340,4 +340,6 @@ def _default_fresh(env: gym.Env[Any, Any]) -> Callable[[], gym.Env[Any, Any]]:
         spec = env.spec
         return lambda: gym.make(spec)
     cls = type(env.unwrapped)
-    return cls
+    # envkit envs keep the arguments they were built with (`SnapshotEnvBase`): a fresh one gets the same settings
+    args, kwargs = getattr(env.unwrapped, "init_args", ((), {}))
+    return lambda: cls(*args, **kwargs)

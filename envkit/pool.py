@@ -18,10 +18,12 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import traceback
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -178,6 +180,25 @@ def _worker_main(conn: Connection, factory: EnvFactory) -> None:
     env.close()
 
 
+def _main_guard_hint(ctx: Any) -> str:
+    """Why a spawned worker dies at start when the user's script has no ``__main__`` guard, or ``""``."""
+    if ctx.get_start_method() == "fork":
+        return ""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    try:
+        guarded = path is None or "__main__" in Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        guarded = True
+    if guarded:
+        return ""
+    return (
+        f". Your script {path} has no `if __name__ == \"__main__\":` guard: each worker process re-imports it "
+        f"({ctx.get_start_method()} start method), runs its top level again and dies starting a pool of its own. "
+        "Put the code that starts the run under that guard"
+    )
+
+
 class SubprocessPool(EnvPool):
     """One env per worker process (multiprocessing, `spawn` by default); crashed workers are restarted."""
 
@@ -207,7 +228,9 @@ class SubprocessPool(EnvPool):
         try:
             status, payload = conn.recv()
         except EOFError as exc:
-            raise EnvkitError(f"pool worker {i} died while building its env (exit code {proc.exitcode})") from exc
+            raise EnvkitError(
+                f"pool worker {i} died while building its env (exit code {proc.exitcode}){_main_guard_hint(self._ctx)}"
+            ) from exc
         if status == "fatal":
             if "MissingExtraError" in payload:
                 raise MissingExtraError(payload.strip().splitlines()[-1])

@@ -152,6 +152,9 @@ class SnapshotEnvBase(gym.Env[str, str]):
             if not takes_any or config_class is not None:
                 valid = names | ({f.name for f in dataclasses.fields(config_class)} if config_class else set())
                 check_names(kw, valid, f"{type(self).__name__} keyword argument")
+            if "init_args" not in self.__dict__:  # the outermost constructor's call (a subclass's, not its base's)
+                #: ``(args, kwargs)`` this env was built with: `type(env)(*args, **kwargs)` builds a fresh twin.
+                self.init_args = (args, dict(kw))
             init(self, *args, **kw)
 
         checked_init._envkit_checked = True  # type: ignore[attr-defined]

@@ -15,7 +15,7 @@ GitHub)::
     <!-- doc-test: continues -->                   python block: runs after the file's previous python block
     <!-- doc-test: needs alfworld -->              needs $ALFWORLD_DATA (skips as the other ALFWorld tests do)
 
-Tags combine with ``,`` (``slow, needs alfworld``). Every training command in a runnable block caps its own
+Tags combine with ``,`` (``slow, needs alfworld``); ``skip`` comes last (its reason may hold commas). Every training command in a runnable block caps its own
 length (``--steps N``): a block is run as written, never rewritten. Cost in the default run (fast blocks only) and
 in CI (slow blocks too): docs/install.md, "Executed docs".
 """
@@ -59,6 +59,13 @@ class Block:
         return None
 
 
+def _split_tags(text: str) -> tuple[str, ...]:
+    """``"slow, skip: a reason, with commas"`` -> ``("slow", "skip: a reason, with commas")`` (skip comes last)."""
+    head, sep, reason = text.partition("skip")
+    tags = [x.strip() for x in head.split(",") if x.strip()]
+    return (*tags, sep + reason) if sep else tuple(tags)
+
+
 def doc_blocks(paths: list[Path] = DOCS) -> list[Block]:
     """The ``bash`` and ``python`` blocks of `paths` with their ``doc-test`` tags (unknown tags raise)."""
     out: list[Block] = []
@@ -76,7 +83,7 @@ def doc_blocks(paths: list[Path] = DOCS) -> list[Block]:
             lang = m.group(1) or ""
             if lang in ("bash", "python"):
                 t = TAG.match(lines[i - 1]) if i else None
-                tags = tuple(x.strip() for x in t.group(1).split(",")) if t else ()
+                tags = _split_tags(t.group(1)) if t else ()
                 for x in tags:
                     if not x.startswith(KNOWN):
                         raise ValueError(f"{path.name}:{i}: unknown doc-test tag {x!r}; known: {', '.join(KNOWN)}")
