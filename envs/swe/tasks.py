@@ -152,9 +152,34 @@ def read_records(path: str | Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def shipped_task_sets() -> list[str]:
+    """Names of the task sets shipped with envkit (``more_itertools``, ``parse_type``): ``tasks=NAME`` loads one."""
+    return sorted(p.name.removesuffix(".jsonl.gz") for p in TASKS_DIR.glob("*.jsonl.gz"))
+
+
+def tasks_path(path: str | Path | None) -> Path:
+    """Where the tasks of `path` are: a file, or a shipped set by name (``"parse_type"``), from any folder.
+
+    A path that does not exist but names a shipped file (``envs/swe/tasks/parse_type.jsonl.gz`` written relative
+    to a checkout) is that shipped file. Raises `DataNotFoundError` naming the shipped sets otherwise.
+    """
+    if path is None:
+        return DEFAULT_TASKS
+    p = Path(path)
+    if p.exists():
+        return p
+    name = p.name.removesuffix(".jsonl.gz")
+    if name in shipped_task_sets() and (str(path) == name or p.name == f"{name}.jsonl.gz"):
+        return TASKS_DIR / f"{name}.jsonl.gz"
+    raise DataNotFoundError(
+        f"task file {p} does not exist. Shipped sets (tasks=NAME): {', '.join(shipped_task_sets())}; "
+        "your own: a .jsonl/.jsonl.gz path (scripts/make_swe_tasks.py generates one, load_swebench reads SWE-bench)"
+    )
+
+
 def load_tasks(path: str | Path | None = None) -> list[SweTask]:
-    """Load envkit task records (default: the shipped more-itertools set)."""
-    p = Path(path) if path is not None else DEFAULT_TASKS
+    """Load envkit task records: a file, or a shipped set by name (`tasks_path`; default: more-itertools)."""
+    p = tasks_path(path)
     return [task_from_record(r, base_dir=p.parent) for r in read_records(p)]
 
 
