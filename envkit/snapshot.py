@@ -355,19 +355,22 @@ def replay(env: gym.Env[Any, Any], state: ReplayState) -> tuple[Any, dict[str, A
     return obs, info
 
 
-class ReplaySnapshot(gym.Wrapper[Any, Any, Any, Any]):
+class ReplaySnapshot(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArgs):
     """Give any deterministic env snapshots by verified replay.
 
     A snapshot is ``(seed, options, action prefix, observation hashes)``. `restore` resets the inner env with the
     same seed and options, replays the prefix and checks every observation hash, raising
     `ReplayDivergenceError` on the first mismatch. Resetting without a seed draws one from the wrapper's own
-    generator so that every episode can be replayed.
+    generator so that every episode can be replayed. It records its constructor arguments (gymnasium's
+    `RecordConstructorArgs`), so ``gymnasium.make(env.spec)`` rebuilds the wrapped env, as the checker's fresh
+    instance and `gymnasium.make_vec` need.
     """
 
     metadata: dict[str, Any] = {"render_modes": [], **SnapshotCapability(kind="replay").metadata()}
 
     def __init__(self, env: gym.Env[Any, Any]):
-        super().__init__(env)
+        gym.utils.RecordConstructorArgs.__init__(self)
+        gym.Wrapper.__init__(self, env)
         self.metadata = {**getattr(env, "metadata", {}), **SnapshotCapability(kind="replay").metadata()}
         self._seed_rng = np.random.default_rng()
         self._state: ReplayState | None = None
