@@ -39,6 +39,10 @@ PROG = "envkit-oracle"
 PIPED_WIDTH = 1000
 
 
+#: Below this many columns `envkit-oracle envs` prints two columns (id, details) instead of nine.
+WIDE_TABLE = 150
+
+
 def _console(stderr: bool = False) -> Console:
     """A rich console made now (it reads COLUMNS / NO_COLOR of the moment, so callers and tests can set them).
 
@@ -257,9 +261,18 @@ def inspect(cmd: Inspect) -> None:
 def export(cmd: Export) -> None:
     """Write a dataset from a run (see `Export`)."""
     file, out, format = cmd.file, cmd.out, cmd.format
+    from envkit.io import RecordStore
     from envkit.oracles.export import export as do_export
 
     if not file.exists():
+        journal = file.with_name(file.name + ".journal.jsonl")
+        if journal.exists():  # a run that was interrupted (or is still going): its records are in the journal
+            done = len(RecordStore(file).done)
+            _fail(
+                f"{file} is not written yet: its run stopped before the end ({done} tasks are in its journal "
+                f"{journal}). Finish it by running the same `envkit-oracle rollout ... --out {file}` again (it "
+                f"resumes from the journal), then export; `envkit-oracle inspect {file}` shows what it holds so far"
+            )
         _fail(f"{file} does not exist: pass the output of `envkit-oracle rollout`")
     target = out or file.with_name(f"{file.stem}.{format}.jsonl")
     try:
@@ -274,9 +287,18 @@ def envs(cmd: Envs) -> None:
     from envkit.errors import EnvkitError
     from envkit.registration import ENVS, missing
 
+    console = _console()
+    wide = console.width >= WIDE_TABLE
     table = Table(title="envkit environments")
-    for col in ("id", "extra", "usable", "data", "oracle", "horizon", "min root budget", "gamma_g", "description"):
-        table.add_column(col)
+    # never cut an id: its column is as wide as the longest id and does not wrap; on a narrow terminal (80 columns)
+    # the other facts go into one wrapped column instead of nine cut ones
+    table.add_column("id", no_wrap=True, min_width=max(len(e.id) for e in ENVS.values()))
+    for col in (
+        ("extra", "usable", "data", "oracle", "horizon", "min root budget", "gamma_g", "description")
+        if wide
+        else ("details",)
+    ):
+        table.add_column(col, overflow="fold")
     for e in ENVS.values():
         why = missing(e)
         if not why:
@@ -288,11 +310,18 @@ def envs(cmd: Envs) -> None:
         data = (
             "-" if not e.needs_data else f"${e.needs_data}" + (" (set)" if os.environ.get(e.needs_data) else " (unset)")
         )
-        table.add_row(
-            e.id, e.extra or "-", escape(ok), data, e.oracle or "-", str(e.horizon), str(e.min_root_budget),
-            str(e.gamma_g), e.description,
-        )  # fmt: skip
-    _console().print(table)
+        if wide:
+            table.add_row(
+                e.id, e.extra or "-", escape(ok), data, e.oracle or "-", str(e.horizon), str(e.min_root_budget),
+                str(e.gamma_g), e.description,
+            )  # fmt: skip
+        else:
+            table.add_row(
+                e.id,
+                f"{e.description}. usable: {escape(ok)}; extra: {e.extra or '-'}; data: {data}; oracle: "
+                f"{e.oracle or '-'}; horizon {e.horizon}, min root budget {e.min_root_budget}, gamma_g {e.gamma_g}",
+            )
+    console.print(table)
 
 
 #: The subcommands: the tyro union of their dataclasses, and what runs each.

@@ -48,8 +48,8 @@ def reexec_if_needed(argv: Sequence[str]) -> None:
     Returns (and the caller goes on) when nothing is missing, when there is no interop venv, or when this process
     already is the re-executed one; the caller's own check then names the ``pip install`` that fixes it.
     """
-    if not _missing() or os.environ.get("ENVKIT_SERVE_REEXEC"):
-        return
+    if os.environ.get("ENVKIT_SERVE_REEXEC") or any(a in ("-h", "--help") for a in argv) or not _missing():
+        return  # --help needs only tyro, which this interpreter has: answered here, in about a second
     py = interop_python()
     if py is None or Path(sys.executable).resolve() == py.resolve() and Path(sys.prefix) == py.parents[1]:
         return

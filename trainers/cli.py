@@ -53,8 +53,9 @@ def run_local(argv: Sequence[str]) -> None:
 
     try:
         tyro = require("tyro", "train", what="envkit-train local")
-        from envkit.trainers.local.trainer import TrainConfig
-    except ImportError as exc:  # MissingExtraError, or torch & co. missing under envkit.trainers.local.trainer
+        # the config alone (no torch): --help and option errors come back in about a second
+        from envkit.trainers.local.config import TrainConfig
+    except ImportError as exc:  # MissingExtraError
         _fail(f"{exc}. The local trainer needs the `train` extra: pip install -e '.[train]'")
     from envkit.runtime.command_line import cli
 
@@ -73,8 +74,10 @@ def run_local(argv: Sequence[str]) -> None:
     run_dir = Path(cfg.run_dir)
     existed = run_dir.exists()
     try:
-        from envkit.trainers.local.trainer import LocalTrainer
-
+        try:
+            from envkit.trainers.local.trainer import LocalTrainer
+        except ImportError as exc:  # torch & co. missing
+            _fail(f"{exc}. The local trainer needs the `train` extra: pip install -e '.[train]'")
         trainer = LocalTrainer(cfg)
     except (EnvkitError, ValueError, FileNotFoundError) as exc:
         if not existed:

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
-from scipy import stats as _stats
 
 from envkit.credit.step_table import factorize
 from envkit.trainers.explorers.icl import IclCorpus, IclExample, icl_prefix
@@ -135,7 +134,9 @@ class XrpoConfig:
 @functools.lru_cache(maxsize=4096)
 def t_quantile(q: float, df: int) -> float:
     """Student-t quantile (cached: the planner asks for the same few (q, df) pairs thousands of times per step)."""
-    return float(_stats.t.ppf(q, df))
+    from scipy import stats  # imported here: scipy.stats takes ~1 s, which every --help would pay
+
+    return float(stats.t.ppf(q, df))
 
 
 def half_width(rewards: Any, alpha: float = 0.05, n: int | None = None) -> float:

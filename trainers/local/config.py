@@ -15,8 +15,7 @@ from envkit.runtime.models import ModelConfig
 from envkit.trainers.explorers.branch import BranchConfig
 from envkit.trainers.explorers.eden import EdenBankConfig
 from envkit.trainers.explorers.xrpo import XrpoConfig
-from envkit.trainers.local.multi_turn import AgentConfig
-from envkit.trainers.local.update import LossConfig
+from envkit.trainers.local.options import AgentConfig, LossConfig
 
 __all__ = ["TrainConfig"]
 

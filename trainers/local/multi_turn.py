@@ -14,96 +14,19 @@ turns (`envkit.trainers.local.turn_cache`).
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from envkit.core import Step, Trajectory, env_success, jsonable
-from envkit.credit.advantage_options import AdvantageOptions
-from envkit.credit.defaults import TERMINAL_REWARD
-from envkit.credit.sero import widen_options
 from envkit.recorder import EpisodeRecorder
-from envkit.registration import env_facts, make
+from envkit.registration import make
 from envkit.trainers.local.generation import sample
+from envkit.trainers.local.options import AgentConfig
 from envkit.trainers.local.prompt_encoding import decode, encode_prompt, encode_text
 from envkit.trainers.local.turn_cache import TurnCache
-from envkit.trainers.sero_options import TrainerSeroOptions
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
-
-@dataclass(frozen=True)
-class AgentConfig:
-    """Multi-turn settings (docs/methods.md section 2 defaults)."""
-
-    # --- credit ---
-    estimator: Literal["gigpo", "graphgpo", "grpo", "grpo_mean", "rloo", "dr_grpo"] = "gigpo"
-    """``gigpo``, ``graphgpo``, or an episode-level ``grpo`` / ``grpo_mean`` / ``rloo`` / ``dr_grpo``."""
-    # --- episode and context ---
-    max_turns: int | None = None
-    """Turn cap of the trainer (the env's own step limit applies too). None (default): with SERO on the env's
-    ``EnvEntry.horizon`` (WebShop 15, ALFWorld 50: roots need budget left), else 8. `for_env` fills it in (the
-    trainer does); with SERO on it must be at least the root budget (the env's ``EnvEntry.min_root_budget`` unless
-    ``sero_opts.min_budget`` is set)."""
-    max_context_tokens: int = 1024
-    """Token cap of an episode's whole context; beyond it the episode stops (counted)."""
-    adv: AdvantageOptions = field(default_factory=lambda: AdvantageOptions(terminal_reward=TERMINAL_REWARD))
-    """GiGPO / GraphGPO settings (`envkit.credit.advantage_options.AdvantageOptions`, shared with the OpenRLHF backend's
-    ``--adv``); ``adv.terminal_reward`` (10 here: GiGPO's 10 * success) is the reward of a successful episode's last
-    step, other steps get 0; ``adv.gamma_g`` None (default): the env's ``EnvEntry.gamma_g`` (`for_env`)."""
-    # --- prompt ---
-    system: str | None = None
-    """Optional system message."""
-    # --- SERO ---
-    sero: bool = False
-    """SERO oracle continuations (`envkit.trainers.local.sero`; needs ``estimator="graphgpo"`` and an oracle for the
-    env: ``EnvEntry.oracle``)."""
-    sero_opts: TrainerSeroOptions = field(default_factory=TrainerSeroOptions)
-    """SERO settings (`envkit.trainers.sero_options.TrainerSeroOptions`: roots per group, a root's minimum budget,
-    reachability weight, oracle share cap; a plain `SeroOptions` gets the trainer defaults)."""
-    # --- speed ---
-    reuse_kv_cache: bool = True
-    """Keep each live episode's KV cache between turns (`envkit.trainers.local.turn_cache`), so a turn feeds only the
-    new observation instead of prefilling the whole context again."""
-
-    def __post_init__(self) -> None:
-        if (self.max_turns is not None and self.max_turns < 1) or self.max_context_tokens < 8:
-            raise ValueError("AgentConfig: max_turns must be >= 1 and max_context_tokens >= 8")
-        if self.sero and self.estimator != "graphgpo":
-            raise ValueError(
-                f"AgentConfig: SERO credits oracle continuations through the GraphGPO graph (docs/methods.md section 4); "
-                f"set agent.estimator='graphgpo' (got {self.estimator!r}) or agent.sero=False"
-            )
-        if self.adv.terminal_reward is None:
-            raise ValueError(
-                "AgentConfig: the local trainer rewards success only (terminal_reward * success on the last step); "
-                "set agent.adv.terminal_reward (default 10)"
-            )
-        object.__setattr__(self, "sero_opts", widen_options(self.sero_opts, TrainerSeroOptions, "agent.sero_opts"))
-
-    def for_env(self, env_id: str) -> AgentConfig:
-        """These settings with the env's registered facts filled in (`envkit.registration.EnvEntry`): ``max_turns``
-        (None: the env's horizon with SERO on, else 8), ``adv.gamma_g`` (None: the env's) and SERO's root
-        budget (``sero_opts.min_budget`` None: the env's, `SeroOptions.root_budget_for`).
-
-        Raises:
-            ValueError: SERO is on and ``max_turns`` leaves no state with the root budget.
-        """
-        facts = env_facts(env_id)
-        turns = self.max_turns if self.max_turns is not None else (facts.horizon if self.sero else 8)
-        adv = self.adv if self.adv.gamma_g is not None else dataclasses.replace(self.adv, gamma_g=facts.gamma_g)
-        need = self.sero_opts.root_budget_for(env_id)
-        if self.sero and turns < need:
-            raise ValueError(
-                f"AgentConfig: SERO roots need {need} steps of budget left (the root budget of {env_id}"
-                f"{'' if self.sero_opts.min_budget is not None else ': EnvEntry.min_root_budget'}), but "
-                f"agent.max_turns={turns} leaves none: no state could be rescued. Set agent.max_turns to at least "
-                f"{need} (the env's horizon is {facts.horizon}: leave agent.max_turns unset to use it) or "
-                f"lower agent.sero_opts.min_budget"
-            )
-        opts = dataclasses.replace(self.sero_opts, min_budget=need)
-        return dataclasses.replace(self, max_turns=turns, adv=adv, sero_opts=opts)
 
 
 def turn_suffix_text(tokenizer: PreTrainedTokenizerBase, observation: str, raw: bool) -> tuple[str, str]:

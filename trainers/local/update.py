@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from envkit.trainers.local.options import LossConfig
 from envkit.trainers.local.shared_prefix import ResponseLogits, response_logits
 from envkit.trainers.losses import aggregate, combine_loss, kl_penalty, policy_loss, token_entropy
 
@@ -43,52 +44,6 @@ class TrainBatch:
 
     def __len__(self) -> int:
         return len(self.prompts)
-
-
-@dataclass(frozen=True)
-class LossConfig:
-    """Loss settings (docs/methods.md section 1): the one owner of the update's clip range, KL and entropy bonus,
-    for every explorer (EDEN's update reads them here)."""
-
-    # --- clipped objective ---
-    eps_low: float = 0.2
-    """Lower clip range."""
-    eps_high: float = 0.2
-    """Upper clip range (> eps_low: clip-higher)."""
-    agg: str = "token_mean"
-    """``token_mean``, ``seq_mean`` or ``token_sum_norm`` (Dr. GRPO)."""
-    # --- KL loss ---
-    kl_coef: float = 0.0
-    """beta of the KL-loss against the reference model (0: no reference model is loaded)."""
-    kl_estimator: str = "k3"
-    """``k1``, ``k2`` or ``k3``."""
-    # --- entropy bonus ---
-    entropy_coef: float = 0.0
-    """alpha of the entropy bonus."""
-    # --- passes and memory ---
-    ppo_epochs: int = 1
-    """Passes over each batch (1: on-policy, ratio = 1)."""
-    micro_batch: int = 64
-    """Rows per forward/backward pass at most (memory knob; results do not depend on it)."""
-    micro_batch_tokens: int = 16384
-    """Padded tokens (rows x longest row) per forward/backward pass at most; a longer row gets a pass of its own. Bounds
-    the [rows, tokens, vocab] logits of long multi-turn rows."""
-    # --- clipping of the gradient and of negative-advantage losses ---
-    max_grad_norm: float = 1.0
-    """Gradient clipping (0: off)."""
-    dual_clip: float | None = None
-    """Dual-clip constant c > 1 bounding a negative-advantage token's loss by ``-c * A`` (3 in verl/OpenRLHF); None
-    (default) turns it off."""
-
-    def __post_init__(self) -> None:
-        if self.agg not in ("token_mean", "seq_mean", "token_sum_norm"):
-            raise ValueError(f"LossConfig.agg must be token_mean, seq_mean or token_sum_norm, got {self.agg!r}")
-        if self.kl_estimator not in ("k1", "k2", "k3"):
-            raise ValueError(f"LossConfig.kl_estimator must be k1, k2 or k3, got {self.kl_estimator!r}")
-        if self.ppo_epochs < 1 or self.micro_batch < 1 or self.micro_batch_tokens < 1:
-            raise ValueError("LossConfig.ppo_epochs, micro_batch and micro_batch_tokens must be >= 1")
-        if self.dual_clip is not None and not self.dual_clip > 1.0:
-            raise ValueError(f"LossConfig.dual_clip must be > 1 (e.g. 3) or None (off), got {self.dual_clip}")
 
 
 def _micro_batches(batch: TrainBatch, size: int, max_tokens: int) -> list[list[int]]:

@@ -1,0 +1,138 @@
+"""The local trainer's option dataclasses that need no torch: `AgentConfig` (multi-turn) and `LossConfig` (the
+update). `envkit.trainers.local.config.TrainConfig` is built of them, so ``envkit-train local --help`` parses and
+prints every option without importing torch or transformers (they load when a run starts). Re-exported from
+`envkit.trainers.local.multi_turn` and `envkit.trainers.local.update`, where they are used.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Literal
+
+from envkit.credit.advantage_options import AdvantageOptions
+from envkit.credit.defaults import TERMINAL_REWARD
+from envkit.credit.sero import widen_options
+from envkit.registration import env_facts
+from envkit.trainers.sero_options import TrainerSeroOptions
+
+__all__ = ["AgentConfig", "LossConfig"]
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Multi-turn settings (docs/methods.md section 2 defaults)."""
+
+    # --- credit ---
+    estimator: Literal["gigpo", "graphgpo", "grpo", "grpo_mean", "rloo", "dr_grpo"] = "gigpo"
+    """``gigpo``, ``graphgpo``, or an episode-level ``grpo`` / ``grpo_mean`` / ``rloo`` / ``dr_grpo``."""
+    # --- episode and context ---
+    max_turns: int | None = None
+    """Turn cap of the trainer (the env's own step limit applies too). None (default): with SERO on the env's
+    ``EnvEntry.horizon`` (WebShop 15, ALFWorld 50: roots need budget left), else 8. `for_env` fills it in (the
+    trainer does); with SERO on it must be at least the root budget (the env's ``EnvEntry.min_root_budget`` unless
+    ``sero_opts.min_budget`` is set)."""
+    max_context_tokens: int = 1024
+    """Token cap of an episode's whole context; beyond it the episode stops (counted)."""
+    adv: AdvantageOptions = field(default_factory=lambda: AdvantageOptions(terminal_reward=TERMINAL_REWARD))
+    """GiGPO / GraphGPO settings (`envkit.credit.advantage_options.AdvantageOptions`, shared with the OpenRLHF backend's
+    ``--adv``); ``adv.terminal_reward`` (10 here: GiGPO's 10 * success) is the reward of a successful episode's last
+    step, other steps get 0; ``adv.gamma_g`` None (default): the env's ``EnvEntry.gamma_g`` (`for_env`)."""
+    # --- prompt ---
+    system: str | None = None
+    """Optional system message."""
+    # --- SERO ---
+    sero: bool = False
+    """SERO oracle continuations (`envkit.trainers.local.sero`; needs ``estimator="graphgpo"`` and an oracle for the
+    env: ``EnvEntry.oracle``)."""
+    sero_opts: TrainerSeroOptions = field(default_factory=TrainerSeroOptions)
+    """SERO settings (`envkit.trainers.sero_options.TrainerSeroOptions`: roots per group, a root's minimum budget,
+    reachability weight, oracle share cap; a plain `SeroOptions` gets the trainer defaults)."""
+    # --- speed ---
+    reuse_kv_cache: bool = True
+    """Keep each live episode's KV cache between turns (`envkit.trainers.local.turn_cache`), so a turn feeds only the
+    new observation instead of prefilling the whole context again."""
+
+    def __post_init__(self) -> None:
+        if (self.max_turns is not None and self.max_turns < 1) or self.max_context_tokens < 8:
+            raise ValueError("AgentConfig: max_turns must be >= 1 and max_context_tokens >= 8")
+        if self.sero and self.estimator != "graphgpo":
+            raise ValueError(
+                f"AgentConfig: SERO credits oracle continuations through the GraphGPO graph (docs/methods.md section 4); "
+                f"set agent.estimator='graphgpo' (got {self.estimator!r}) or agent.sero=False"
+            )
+        if self.adv.terminal_reward is None:
+            raise ValueError(
+                "AgentConfig: the local trainer rewards success only (terminal_reward * success on the last step); "
+                "set agent.adv.terminal_reward (default 10)"
+            )
+        object.__setattr__(self, "sero_opts", widen_options(self.sero_opts, TrainerSeroOptions, "agent.sero_opts"))
+
+    def for_env(self, env_id: str) -> AgentConfig:
+        """These settings with the env's registered facts filled in (`envkit.registration.EnvEntry`): ``max_turns``
+        (None: the env's horizon with SERO on, else 8), ``adv.gamma_g`` (None: the env's) and SERO's root
+        budget (``sero_opts.min_budget`` None: the env's, `SeroOptions.root_budget_for`).
+
+        Raises:
+            ValueError: SERO is on and ``max_turns`` leaves no state with the root budget.
+        """
+        facts = env_facts(env_id)
+        turns = self.max_turns if self.max_turns is not None else (facts.horizon if self.sero else 8)
+        adv = self.adv if self.adv.gamma_g is not None else dataclasses.replace(self.adv, gamma_g=facts.gamma_g)
+        need = self.sero_opts.root_budget_for(env_id)
+        if self.sero and turns < need:
+            raise ValueError(
+                f"AgentConfig: SERO roots need {need} steps of budget left (the root budget of {env_id}"
+                f"{'' if self.sero_opts.min_budget is not None else ': EnvEntry.min_root_budget'}), but "
+                f"agent.max_turns={turns} leaves none: no state could be rescued. Set agent.max_turns to at least "
+                f"{need} (the env's horizon is {facts.horizon}: leave agent.max_turns unset to use it) or "
+                f"lower agent.sero_opts.min_budget"
+            )
+        opts = dataclasses.replace(self.sero_opts, min_budget=need)
+        return dataclasses.replace(self, max_turns=turns, adv=adv, sero_opts=opts)
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """Loss settings (docs/methods.md section 1): the one owner of the update's clip range, KL and entropy bonus,
+    for every explorer (EDEN's update reads them here)."""
+
+    # --- clipped objective ---
+    eps_low: float = 0.2
+    """Lower clip range."""
+    eps_high: float = 0.2
+    """Upper clip range (> eps_low: clip-higher)."""
+    agg: str = "token_mean"
+    """``token_mean``, ``seq_mean`` or ``token_sum_norm`` (Dr. GRPO)."""
+    # --- KL loss ---
+    kl_coef: float = 0.0
+    """beta of the KL-loss against the reference model (0: no reference model is loaded)."""
+    kl_estimator: str = "k3"
+    """``k1``, ``k2`` or ``k3``."""
+    # --- entropy bonus ---
+    entropy_coef: float = 0.0
+    """alpha of the entropy bonus."""
+    # --- passes and memory ---
+    ppo_epochs: int = 1
+    """Passes over each batch (1: on-policy, ratio = 1)."""
+    micro_batch: int = 64
+    """Rows per forward/backward pass at most (memory knob; results do not depend on it)."""
+    micro_batch_tokens: int = 16384
+    """Padded tokens (rows x longest row) per forward/backward pass at most; a longer row gets a pass of its own. Bounds
+    the [rows, tokens, vocab] logits of long multi-turn rows."""
+    # --- clipping of the gradient and of negative-advantage losses ---
+    max_grad_norm: float = 1.0
+    """Gradient clipping (0: off)."""
+    dual_clip: float | None = None
+    """Dual-clip constant c > 1 bounding a negative-advantage token's loss by ``-c * A`` (3 in verl/OpenRLHF); None
+    (default) turns it off."""
+
+    def __post_init__(self) -> None:
+        if self.agg not in ("token_mean", "seq_mean", "token_sum_norm"):
+            raise ValueError(f"LossConfig.agg must be token_mean, seq_mean or token_sum_norm, got {self.agg!r}")
+        if self.kl_estimator not in ("k1", "k2", "k3"):
+            raise ValueError(f"LossConfig.kl_estimator must be k1, k2 or k3, got {self.kl_estimator!r}")
+        if self.ppo_epochs < 1 or self.micro_batch < 1 or self.micro_batch_tokens < 1:
+            raise ValueError("LossConfig.ppo_epochs, micro_batch and micro_batch_tokens must be >= 1")
+        if self.dual_clip is not None and not self.dual_clip > 1.0:
+            raise ValueError(f"LossConfig.dual_clip must be > 1 (e.g. 3) or None (off), got {self.dual_clip}")
