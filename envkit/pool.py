@@ -193,7 +193,7 @@ def _main_guard_hint(ctx: Any) -> str:
     if guarded:
         return ""
     return (
-        f". Your script {path} has no `if __name__ == \"__main__\":` guard: each worker process re-imports it "
+        f'. Your script {path} has no `if __name__ == "__main__":` guard: each worker process re-imports it '
         f"({ctx.get_start_method()} start method), runs its top level again and dies starting a pool of its own. "
         "Put the code that starts the run under that guard"
     )

@@ -169,7 +169,9 @@ class SnapshotEnvBase(gym.Env[str, str]):
         config = getattr(self, "config", None)
         if config is None or not dataclasses.is_dataclass(config) or isinstance(config, type):
             return {}
-        return {f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in self.settings_not_state}
+        return {
+            f.name: getattr(config, f.name) for f in dataclasses.fields(config) if f.name not in self.settings_not_state
+        }
 
     def _settings_key(self) -> tuple[tuple[str, str], ...]:
         return tuple(sorted((k, repr(v)) for k, v in self.state_settings().items()))

@@ -82,9 +82,7 @@ def _kind(w: gym.Wrapper[Any, Any, Any, Any]) -> type:
 def snapshot(env: gym.Env[Any, Any]) -> WrappedSnapshot:
     """Snapshot `env` through its gymnasium wrappers (see the module docstring)."""
     layers, core = _layers(env)
-    states = tuple(
-        (type(w).__name__, tuple(_copy(getattr(w, a)) for a in STATEFUL[_kind(w)])) for w in layers
-    )
+    states = tuple((type(w).__name__, tuple(_copy(getattr(w, a)) for a in STATEFUL[_kind(w)])) for w in layers)
     return WrappedSnapshot(core.snapshot(), states)
 
 

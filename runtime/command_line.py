@@ -15,6 +15,7 @@ A field ``env_kwargs: Annotated[dict[str, Any], key_values("--env-kwarg")]`` rea
 from __future__ import annotations
 
 import contextlib
+import difflib
 import inspect
 import io
 import json
@@ -143,8 +144,14 @@ def one_line(box: str) -> str:
         flags = [t for t in text.partition(":")[2].replace(",", " ").split() if t.startswith("-")]
         msg = "No such option: " + (", ".join(flags) or text.partition(":")[2].strip())
         if "Perhaps you meant:" in lines:
-            hint = lines[lines.index("Perhaps you meant:") + 1].split()[0].rstrip(",")
-            msg += f" (did you mean {hint}?)"
+            # tyro lists candidates that share a word (--task -> --chunk-tasks, --tasks); name the closest by
+            # edit distance over the whole option name
+            after = lines[lines.index("Perhaps you meant:") + 1 :]
+            cands = list(dict.fromkeys(x.split()[0].rstrip(",") for x in after if x.startswith("-")))
+            if cands:
+                typed = flags[0] if flags else ""
+                hint = max(cands, key=lambda c: difflib.SequenceMatcher(None, typed, c).ratio())
+                msg += f" (did you mean {hint}?)"
         return msg
     if body and body[0].startswith("Error parsing"):
         where, _, why = body[0][len("Error parsing ") :].partition(": ")

@@ -16,7 +16,9 @@ def test_closest_name_is_by_edit_distance_over_the_whole_name():
     assert closest("goal_idx", ["goal_index", "game"]) == "goal_index"
     assert closest("catalog_sed", ["catalog_seed", "split", "config"]) == "catalog_seed"
     assert closest("zzzz", ["goal_index"]) is None
-    with pytest.raises(UnknownOptionError, match=r"unknown thing 'lenght'\. Did you mean 'length'\? Valid: goal, length"):
+    with pytest.raises(
+        UnknownOptionError, match=r"unknown thing 'lenght'\. Did you mean 'length'\? Valid: goal, length"
+    ):
         check_names(["lenght"], ["goal", "length"], "thing")
 
 
@@ -55,7 +57,9 @@ def test_webshop_goal_idx_is_refused_not_ignored():
     env = gymnasium.make("envkit/WebShop-v0", data_dir=None)
     with pytest.raises(UnknownOptionError, match=r"'goal_idx'\. Did you mean 'goal_index'\?"):
         env.reset(seed=0, options={"goal_idx": 3})
-    with pytest.raises(UnknownOptionError, match=r"WebShopEnv keyword argument 'catalog_sed'\. Did you mean 'catalog_seed'"):
+    with pytest.raises(
+        UnknownOptionError, match=r"WebShopEnv keyword argument 'catalog_sed'\. Did you mean 'catalog_seed'"
+    ):
         gymnasium.make("envkit/WebShop-v0", catalog_sed=5)
 
 

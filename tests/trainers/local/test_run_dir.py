@@ -31,7 +31,9 @@ def test_new_or_empty_folder_passes(tmp_path):
 def test_used_folder_without_resume_is_refused_with_the_ways_out(tmp_path, capsys):
     run = tmp_path / "r"
     _used(run, lr=3e-4)
-    with pytest.raises(RunDirError, match=r"already holds a run \(metrics.jsonl, config.json\): continue it with --resume"):
+    with pytest.raises(
+        RunDirError, match=r"already holds a run \(metrics.jsonl, config.json\): continue it with --resume"
+    ):
         check_run_dir(TrainConfig(run_dir=str(run), lr=3e-4))
     with pytest.raises(SystemExit) as exc:  # the CLI: one error line, exit 2, nothing overwritten
         cli.main(["local", "--run-dir", str(run), "--lr", "3e-4", "--steps", "1"])
