@@ -158,8 +158,14 @@ class InProcessPool(EnvPool):
         self.envs = []
 
 
-def _worker_main(conn: Connection, factory: EnvFactory) -> None:
+#: Set in each subprocess worker to its index: a warning every worker would print alike (a missing data file)
+#: is printed by worker 0 only (`envkit.envs.webshop.catalog`), not once per worker.
+WORKER_INDEX_ENV = "ENVKIT_WORKER_INDEX"
+
+
+def _worker_main(conn: Connection, factory: EnvFactory, index: int = 0) -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
+    os.environ[WORKER_INDEX_ENV] = str(index)
     try:
         env = factory()
     except Exception:
@@ -210,13 +216,13 @@ class SubprocessPool(EnvPool):
         self.restarts = 0
         self._ctx: Any = mp.get_context(start_method)
         self._start_timeout = start_timeout
-        self._workers: list[tuple[Any, Connection]] = [self._spawn() for _ in range(size)]
+        self._workers: list[tuple[Any, Connection]] = [self._spawn(i) for i in range(size)]
         for i in range(size):
             self._await_ready(i)
 
-    def _spawn(self) -> tuple[Any, Connection]:
+    def _spawn(self, index: int) -> tuple[Any, Connection]:
         parent, child = self._ctx.Pipe()
-        proc = self._ctx.Process(target=_worker_main, args=(child, self.factory), daemon=True)
+        proc = self._ctx.Process(target=_worker_main, args=(child, self.factory, index), daemon=True)
         proc.start()
         child.close()
         return proc, parent
@@ -242,7 +248,7 @@ class SubprocessPool(EnvPool):
         if proc.is_alive():
             proc.kill()
         proc.join(timeout=5)
-        self._workers[i] = self._spawn()
+        self._workers[i] = self._spawn(i)
         self._await_ready(i)
         self.restarts += 1
 

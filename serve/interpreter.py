@@ -51,7 +51,7 @@ def reexec_if_needed(argv: Sequence[str]) -> None:
     if os.environ.get("ENVKIT_SERVE_REEXEC") or any(a in ("-h", "--help") for a in argv) or not _missing():
         return  # --help needs only tyro, which this interpreter has: answered here, in about a second
     py = interop_python()
-    if py is None or Path(sys.executable).resolve() == py.resolve() and Path(sys.prefix) == py.parents[1]:
+    if py is None or Path(sys.prefix).resolve() == py.parents[1].resolve():  # no interop venv, or already in it
         return
     env = {**os.environ, "ENVKIT_SERVE_REEXEC": "1"}
     sys.stdout.flush()

@@ -7,7 +7,6 @@ The docs' own blocks run in tests/test_docs.py.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import subprocess
@@ -152,7 +151,7 @@ def _free_port() -> int:
 def test_envkit_serve_from_the_main_venv_runs_in_the_interop_venv():
     """The `envkit-serve` on a user's PATH (the main venv's, no serve deps there) serves: it re-runs itself in
     the interop venv that scripts/setup.sh built."""
-    from tests.conftest import interop_venv  # noqa: PLC0415
+    from tests.conftest import interop_venv
 
     venv = interop_venv()
     if not (venv / "bin" / "python").exists():
@@ -184,3 +183,18 @@ def test_envkit_serve_from_the_main_venv_runs_in_the_interop_venv():
         proc.wait(timeout=30)
     out = proc.stdout.read() if proc.stdout else ""
     assert "envkit-serve: envkit/Toy-v0 on http://" in out
+
+
+def test_webshop_missing_product_file_warning_is_said_once_per_run_not_per_worker(tmp_path):
+    pytest.importorskip("bm25s", reason="WebShop extra not installed: pip install -e '.[webshop]'")
+    script = tmp_path / "pool.py"
+    script.write_text(
+        "from envkit.pool import EnvFactory, make_pool\n"
+        "if __name__ == '__main__':\n"
+        "    pool = make_pool(EnvFactory('envkit/WebShop-v0'), 3, backend='subprocess')\n"
+        "    pool.close()\n"
+    )
+    env = {**_env(), "WEBSHOP_DATA": str(tmp_path)}  # set, but holds no product file
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stderr.count("holds no product file") == 1, proc.stderr[-3000:]

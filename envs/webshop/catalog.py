@@ -265,7 +265,10 @@ def load_catalog(
 
 @functools.cache
 def _warn_embedded(env_dir: str) -> None:
-    """Say once per directory that $WEBSHOP_DATA was set but is not used, and which catalog is used instead."""
+    """Say once per directory that $WEBSHOP_DATA was set but is not used, and which catalog is used instead (once per
+    run: in a pool, only worker 0 says it, `envkit.pool.WORKER_INDEX_ENV`)."""
+    if os.environ.get("ENVKIT_WORKER_INDEX", "0") != "0":
+        return
     warnings.warn(
         f"WEBSHOP_DATA={env_dir} holds no product file (items_shuffle_1000.json or items_shuffle.json): using the "
         "embedded generated catalog instead (300 products, synthetic goals). Add the product file there, or unset "
