@@ -37,6 +37,12 @@ PLOT_KEYS = (
     "xrpo_icl_share",
     "xrpo_rollouts_max",
     "truncated_share",
+    # SERO (--agent.sero True): roots tried, continuations the env confirmed, oracle rows trained on, their mean
+    # reachability weight (`envkit.trainers.local.sero`); absent from other runs, so their panels do not appear
+    "sero_tried",
+    "sero_succeeded",
+    "sero_rows",
+    "sero_weight_mean",
 )
 
 
@@ -117,6 +123,11 @@ def plot_metrics(path: Path | str, out: Path | str, keys: Sequence[str] = PLOT_K
     return plot_runs(runs, out, keys, title=title)
 
 
+def plotted_keys(runs: Mapping[str, Sequence[Mapping[str, Any]]], keys: Sequence[str] = PLOT_KEYS) -> list[str]:
+    """The keys of `keys` that some record holds as a number: the panels `plot_runs` draws, in order."""
+    return [k for k in keys if any(isinstance(r.get(k), int | float) for recs in runs.values() for r in recs)]
+
+
 def plot_runs(
     runs: Mapping[str, Sequence[Mapping[str, Any]]], out: Path | str, keys: Sequence[str], title: str = ""
 ) -> Path:
@@ -126,7 +137,7 @@ def plot_runs(
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    present = [k for k in keys if any(isinstance(r.get(k), int | float) for recs in runs.values() for r in recs)]
+    present = plotted_keys(runs, keys)
     if not present:
         raise ValueError(f"none of the keys {list(keys)} is in the records: nothing to plot")
     cols = min(3, len(present))

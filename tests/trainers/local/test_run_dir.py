@@ -62,3 +62,14 @@ def test_the_settings_a_run_writes_are_the_ones_resume_compares(tmp_path):
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "config.json").write_text(json.dumps(dataclasses.asdict(cfg), indent=2, default=str))
     check_run_dir(dataclasses.replace(cfg, resume=True))
+
+
+def test_curves_of_a_sero_run_plot_its_sero_metrics(tmp_path):
+    from envkit.trainers.local.metrics import plot_metrics, plotted_keys
+
+    recs = [{"step": s, "reward_mean": 0.0, "sero_tried": 4.0, "sero_succeeded": 3.0 + s, "sero_rows": 3.0,
+             "sero_weight_mean": 0.5} for s in (1, 2)]  # fmt: skip
+    assert {"sero_tried", "sero_succeeded", "sero_rows", "sero_weight_mean"} <= set(plotted_keys({"": recs}))
+    assert "sero_tried" not in plotted_keys({"": [{"step": 1, "reward_mean": 0.0}]})  # no empty panels elsewhere
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    assert plot_metrics(tmp_path / "metrics.jsonl", tmp_path / "curves.png").stat().st_size > 0
