@@ -114,12 +114,19 @@ def install_command(reason: str) -> str:
     return "bash scripts/setup.sh"
 
 
+#: The reason of a documented command that only a person runs (tests/test_docs.py: "docs/x.md:12: why"): not a
+#: missing component, so left out of the summary below (counted on one line instead).
+DOC_SKIP = re.compile(r"^(README\.md|docs/[\w.-]+\.md):\d+: ")
+
+
 def _skips(reporter: pytest.TerminalReporter) -> list[tuple[str, str]]:
     out = []
     for rep in reporter.stats.get("skipped", []):
         if hasattr(rep, "wasxfail"):
             continue
         reason = re.sub(r"^Skipped: ", "", _skip_reason(rep.longrepr).strip())
+        if DOC_SKIP.match(reason):
+            continue
         out.append((getattr(rep, "nodeid", "") or str(getattr(rep, "fspath", "")), reason))
     return out
 
@@ -137,6 +144,11 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
     for nodeid, reason in skips:
         by_reason[reason].append(nodeid)
     tr = terminalreporter
+    docs = sum(
+        1 for rep in tr.stats.get("skipped", []) if DOC_SKIP.match(re.sub(r"^Skipped: ", "", _skip_reason(rep.longrepr)))
+    )
+    if docs:
+        tr.write_line(f"{docs} documented commands not run here (GPU, Hub, hours, the set-up itself: each doc says why)")
     if not by_reason:
         tr.write_sep("=", "no test skipped for a missing component")
         return
