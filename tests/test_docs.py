@@ -22,8 +22,10 @@ in CI (slow blocks too): docs/install.md, "Executed docs".
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -149,7 +151,19 @@ def run_block(block: Block, tmp: Path, *, timeout: float = 900) -> subprocess.Co
             if not Path(py).exists():
                 pytest.skip(f"the interop venv {Path(py).parents[1]} is missing: bash .ci/install.d/40-interop.sh")
         cmd = [py, str(script)]
-    return subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=timeout)
+    # its own process group: a block that runs past the cap is stopped with everything it started (servers, workers)
+    proc = subprocess.Popen(cmd, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, err = proc.communicate()
+        err += f"\n[doc-test] stopped after {timeout:.0f} s: tag the block slow, or cap it (--steps)"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # what the block left running in the background
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 @pytest.mark.parametrize("block", _params())
