@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
-import traceback
 import sys
+import traceback
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field

@@ -145,10 +145,14 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
         by_reason[reason].append(nodeid)
     tr = terminalreporter
     docs = sum(
-        1 for rep in tr.stats.get("skipped", []) if DOC_SKIP.match(re.sub(r"^Skipped: ", "", _skip_reason(rep.longrepr)))
+        1
+        for rep in tr.stats.get("skipped", [])
+        if DOC_SKIP.match(re.sub(r"^Skipped: ", "", _skip_reason(rep.longrepr)))
     )
     if docs:
-        tr.write_line(f"{docs} documented commands not run here (GPU, Hub, hours, the set-up itself: each doc says why)")
+        tr.write_line(
+            f"{docs} documented commands not run here (GPU, Hub, hours, the set-up itself: each doc says why)"
+        )
     if not by_reason:
         tr.write_sep("=", "no test skipped for a missing component")
         return
