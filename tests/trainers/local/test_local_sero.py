@@ -88,7 +88,7 @@ def test_oracle_rows_are_the_episode_ids_then_the_oracle_actions_with_reachabili
             assert r[-1] == tok.eos_token_id
             assert tok.decode(r[:-1]) in ("left", "right", "stay", "teleport")
             assert r[:-1] == encode_text(tok, tok.decode(r[:-1]))
-        # Weights recomputed from a plain forward: w_0 the first action's own likelihood (reach.first="own"),
+        # Weights recomputed from a plain forward: w_0 = 1 (reach.first="one", default; "own" the ablation),
         # w_k from the earlier actions' means.
         ids, attn, target = batch_sequences([prompt], [resp], pad, "cpu")
         with torch.no_grad():
@@ -103,7 +103,8 @@ def test_oracle_rows_are_the_episode_ids_then_the_oracle_actions_with_reachabili
         loglik = [float(lp[a:b].mean()) for a, b in spans]
         w = reachability_weights(loglik, p_floor=0.05, tau_w=1.0, w_min=0.05)
         assert w[0] == 1.0 and np.all(np.diff(w) <= 1e-12)  # the paper's formula
-        own = ReachConfig().weights(loglik)
+        assert np.array_equal(ReachConfig().weights(loglik), w)  # the default is the paper's formula
+        own = ReachConfig(first="own").weights(loglik)
         assert own[0] == pytest.approx(max(min(np.exp(max(loglik[0], np.log(0.05))), 1.0), 0.05), abs=1e-6)
         assert np.array_equal(own[1:], w[1:])
         # Each span carries one advantage value (GraphGPO credit x its weight).
