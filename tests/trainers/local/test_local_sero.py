@@ -207,3 +207,20 @@ def test_sero_on_alfworld_restores_natively_and_the_oracle_finishes(tmp_path, al
     assert m["sero_native"] == m["sero_restored"] == m["sero_tried"] and m["sero_diverged"] == 0
     assert m["sero_rows"] >= 1 and len(batch) == 8 + m["sero_rows"]
     assert m["zero_adv_fraction"] < 1.0
+
+
+def test_supervised_rows_are_the_same_continuations_with_advantage_one_and_plain_policy_credit(trainer):
+    """``agent.sero_rows="supervised"`` (issue 32's oracle-data control): the same roots and continuations as SERO,
+    every oracle action token at advantage exactly 1, the policy rows exactly plain GraphGPO's."""
+    sero, ms = _batch(trainer)
+    sup, m = _batch(trainer, sero_rows="supervised")
+    plain, _ = _batch(trainer, sero=False)
+    n_ep = trainer.cfg.prompts_per_step * trainer.cfg.group_size
+    assert m["sero_rows"] == ms["sero_rows"] >= 1 and len(sup) == len(sero)  # same episodes, same continuations
+    assert sup.responses == sero.responses and sup.loss_flags == sero.loss_flags
+    assert sup.advantages[:n_ep] == plain.advantages[:n_ep]  # policy rows: plain GraphGPO
+    for adv, flags in zip(sup.advantages[n_ep:], sup.loss_flags[n_ep:], strict=True):
+        assert [a for a, f in zip(adv, flags, strict=True) if f] == [1.0] * sum(flags)
+        assert all(a == 0.0 for a, f in zip(adv, flags, strict=True) if not f)
+    with pytest.raises(ValueError, match="sero_rows must be 'credit' or 'supervised'"):
+        AgentConfig(sero_rows="both")  # type: ignore[arg-type]
