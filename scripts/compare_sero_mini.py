@@ -318,13 +318,19 @@ def main(cfg: Config) -> dict[str, Any]:
     result: dict[str, Any] = {"config": asdict(cfg), "complete": False, "variants": {}}
     old = out / JSON_NAME
     prev = json.loads(old.read_text()) if old.exists() and not cfg.fresh else {}
+    # resume: a gate is kept for the same start and gate steps; finished runs also need the same run settings
+    loose = ("out", "variants", "arms", "seeds", "jobs", "fresh", "bootstrap")
+    settings_same = {k: v for k, v in prev.get("config", {}).items() if k not in loose} == {
+        k: v for k, v in asdict(cfg).items() if k not in loose
+    }
     for v, (_, entry) in starts.items():
         kept = prev.get("variants", {}).get(v, {})
         same = kept.get("start", {}).get("sha256") == entry["sha256"]
+        gate_same = same and (kept.get("gate") or {}).get("steps") == cfg.gate_steps
         result["variants"][v] = {"start": {k: entry[k] for k in ("step", "criterion_met", "sha256")},
-                                 "gate": kept.get("gate") if same else None,
-                                 "runs": [r for r in kept.get("runs", []) if same and r["arm"] in cfg.arms
-                                          and r["seed"] in cfg.seeds]}  # fmt: skip
+                                 "gate": kept.get("gate") if gate_same else None,
+                                 "runs": [r for r in kept.get("runs", []) if same and settings_same
+                                          and r["arm"] in cfg.arms and r["seed"] in cfg.seeds]}  # fmt: skip
     done: dict[Key, Any] = {(r["variant"], r["arm"], r["seed"]): r for v in result["variants"].values()
                             for r in v["runs"]}  # fmt: skip
 
