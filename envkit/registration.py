@@ -100,6 +100,22 @@ ENVS: dict[str, EnvEntry] = {
             horizon=8, min_root_budget=3, gamma_g=0.20, oracle="envkit.oracles.minishop:MiniShopOracle",
         ),
         EnvEntry(
+            "envkit/MiniShopHeldoutRotated-v0", "envkit.envs.minishop.env:MiniShopHeldoutRotatedEnv", None,
+            "MiniShop's held-out tasks in all four rotations of the listing (no positional shortcut; evaluation)",
+            horizon=8, min_root_budget=3, gamma_g=0.20, oracle="envkit.oracles.minishop:MiniShopOracle",
+        ),
+        EnvEntry(
+            "envkit/MiniShopReadable-v0", "envkit.envs.minishop.env:MiniShopReadableEnv", None,
+            "MiniShop whose item pages show match / nomatch (SERO's positive control, train tasks)",
+            horizon=8, min_root_budget=3, gamma_g=0.20, oracle="envkit.oracles.minishop:MiniShopOracle",
+        ),
+        EnvEntry(
+            "envkit/MiniShopReadableHeldoutRotated-v0",
+            "envkit.envs.minishop.env:MiniShopReadableHeldoutRotatedEnv", None,
+            "readable MiniShop's held-out tasks in all four rotations (evaluation)",
+            horizon=8, min_root_budget=3, gamma_g=0.20, oracle="envkit.oracles.minishop:MiniShopOracle",
+        ),
+        EnvEntry(
             "envkit/SWE-v0", "envkit.envs.swe.env:SWEEnv", "swe", "software-engineering tasks in sandboxed repos",
             tools=("bwrap", "bash", "git"), needs_root=True,
             horizon=30, min_root_budget=8, oracle="envkit.oracles.swe:GoldPatchOracle",

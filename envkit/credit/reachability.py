@@ -42,11 +42,12 @@ class ReachConfig:
     w_min: float = 0.05
     """Lower clip of a weight."""
     # --- the first oracle action's ---
-    first: Literal["own", "one"] = "own"
-    """Weight of the first oracle action (the one at the root, a state the policy reached): ``own`` (default,
-    ours) its own likelihood, ``clip(exp(max(l_t, log p_floor) / tau_w), w_min, 1)``, so the most off-policy
-    sample of a rescue weighs what the policy's chance of taking it says; ``one`` the paper's ``w_t = 1``, as
-    reachability alone weighs it (the root is reached by the policy). Later steps: the formula above."""
+    first: Literal["own", "one"] = "one"
+    """Weight of the first oracle action (the one at the root, a state the policy reached): ``one`` (default,
+    the paper's) ``w_t = 1``, as reachability alone weighs it (the root is reached by the policy); ``own`` (our
+    ablation) its own likelihood, ``clip(exp(max(l_t, log p_floor) / tau_w), w_min, 1)``, so the most
+    off-policy sample of a rescue weighs what the policy's chance of taking it says. Later steps: the formula
+    above."""
 
     def __post_init__(self) -> None:
         if not 0.0 < self.p_floor <= 1.0:

@@ -22,7 +22,7 @@ The design (docs/methods.md gives the reasons):
   rescues (bounded: a singleton policy baseline of an all-fail group would divide by 0); ``A_G`` over all same-state
   rows (policy and oracle); ``A = beta_g * A_G + beta_e * A_E``, then multiplied by the weight
   (`envkit.credit.reachability.ReachConfig.weights`: the reachability weight, and the first oracle action's own
-  likelihood with ``reach.first="own"``, default).
+  likelihood with ``reach.first="own"``, the ablation; the paper's weight 1 under the default ``"one"``).
 - **States** are the policy table's own nodes, whatever state key built it (`envkit.credit.state_keys`: the
   observation, the env's exact key, the graphgpo-recipe anchor); `Rescue.from_path` names a rescue's states with
   the same key, following the path from reset through its root, so same-state rows and graph nodes agree.

@@ -46,6 +46,8 @@ FIXED_WORDS: tuple[str, ...] = (
     "to", "buy", "now", "you", "bought", "reward", "invalid", "action", "answer", "with", "a", "listed", "label",
     *(f"opt{k}" for k in range(1, 9)),
 )  # fmt: skip
+#: the item page's verdict in the readable variant (``readable=True``): the right item's page shows ``match``
+READABLE_WORDS: tuple[str, ...] = ("match", "nomatch")
 
 
 class MiniShopEnv(SnapshotEnvBase):
@@ -55,6 +57,10 @@ class MiniShopEnv(SnapshotEnvBase):
         split: ``train`` or ``heldout`` (`envkit.envs.minishop.tasks.make_tasks`).
         max_steps: Step budget of an episode (truncation after it).
         evaluation: Evaluation envs refuse oracles.
+        readable: The readable variant (SERO's positive control, issue 32): an item page also shows ``match`` (the
+            item shows the instruction's word) or ``nomatch``, so whether to buy or go back is one fixed word to
+            read, not a comparison of two words the policy may never have seen. The results page is unchanged.
+        rotations: 1, or 4: every task in all four rotations of its listing (`make_tasks`).
     """
 
     #: env steps taken by every MiniShop env of this process (policy and oracle alike; never part of a state):
@@ -63,12 +69,15 @@ class MiniShopEnv(SnapshotEnvBase):
 
     reset_options = frozenset({"task"})
 
-    def __init__(self, split: str = "train", max_steps: int = 8, evaluation: bool = False) -> None:
+    def __init__(
+        self, split: str = "train", max_steps: int = 8, evaluation: bool = False, readable: bool = False,
+        rotations: int = 1,
+    ) -> None:  # fmt: skip
         super().__init__(evaluation=evaluation, max_action_length=256)
         if max_steps < 3:
             raise ValueError(f"MiniShopEnv: max_steps must be >= 3 (the finish from a wrong item), got {max_steps}")
-        self.split, self.max_steps = split, int(max_steps)
-        self.tasks: tuple[MiniTask, ...] = make_tasks(split)
+        self.split, self.max_steps, self.readable = split, int(max_steps), bool(readable)
+        self.tasks: tuple[MiniTask, ...] = make_tasks(split, rotations)
         self.metadata = {**type(self).metadata, "action_format": "numbered"}
         self._task = 0
         self._page = "results"
@@ -78,7 +87,7 @@ class MiniShopEnv(SnapshotEnvBase):
         self._feedback = ""
 
     def state_settings(self) -> dict[str, Any]:
-        return {"split": self.split, "max_steps": self.max_steps}
+        return {"split": self.split, "max_steps": self.max_steps, "readable": self.readable, "rotations": len(self.tasks)}
 
     # ----- state, read by the oracle ---------------------------------------------------------------------
     @property
@@ -123,6 +132,8 @@ class MiniShopEnv(SnapshotEnvBase):
     def _render(self) -> tuple[str, dict[str, Any]]:
         task = self.task
         parts = [f"page: {self._page}"]
+        if self.readable and self._page == "item":
+            parts.append(READABLE_WORDS[0] if self._item == task.answer else READABLE_WORDS[1])
         cmds = self.commands()
         labels = [f"opt{k + 1}" for k in range(len(cmds))]
         if cmds:
@@ -183,5 +194,30 @@ class MiniShopEnv(SnapshotEnvBase):
 class MiniShopHeldoutEnv(MiniShopEnv):
     """`MiniShopEnv` on the held-out tasks, an evaluation env by default (oracles refused); ``envkit/MiniShopHeldout-v0``."""
 
-    def __init__(self, split: str = "heldout", max_steps: int = 8, evaluation: bool = True) -> None:
-        super().__init__(split=split, max_steps=max_steps, evaluation=evaluation)
+    def __init__(self, split: str = "heldout", max_steps: int = 8, evaluation: bool = True, readable: bool = False,
+                 rotations: int = 1) -> None:  # fmt: skip
+        super().__init__(split=split, max_steps=max_steps, evaluation=evaluation, readable=readable,
+                         rotations=rotations)  # fmt: skip
+
+
+class MiniShopHeldoutRotatedEnv(MiniShopHeldoutEnv):
+    """The held-out tasks in all four rotations of their listing (192 tasks; a positional policy scores exactly
+    1/4); ``envkit/MiniShopHeldoutRotated-v0``."""
+
+    def __init__(self, max_steps: int = 8, evaluation: bool = True) -> None:
+        super().__init__(max_steps=max_steps, evaluation=evaluation, rotations=4)
+
+
+class MiniShopReadableEnv(MiniShopEnv):
+    """The readable variant on the train tasks (item pages show ``match`` / ``nomatch``);
+    ``envkit/MiniShopReadable-v0``."""
+
+    def __init__(self, max_steps: int = 8, evaluation: bool = False) -> None:
+        super().__init__(max_steps=max_steps, evaluation=evaluation, readable=True)
+
+
+class MiniShopReadableHeldoutRotatedEnv(MiniShopHeldoutEnv):
+    """The readable variant on the held-out tasks in all four rotations; ``envkit/MiniShopReadableHeldoutRotated-v0``."""
+
+    def __init__(self, max_steps: int = 8, evaluation: bool = True) -> None:
+        super().__init__(max_steps=max_steps, evaluation=evaluation, readable=True, rotations=4)

@@ -62,10 +62,32 @@ class MiniTask:
         return f"find the {self.noun} that is {self.goal}"
 
 
-def make_tasks(split: str) -> tuple[MiniTask, ...]:
-    """The tasks of `split` (``train`` or ``heldout``); the same tuple on every call."""
+def rotate(task: MiniTask, r: int) -> MiniTask:
+    """`task` with its listing rotated left by `r` places (items and prices together): the right item moves from
+    position ``answer`` to ``(answer - r) % 4``; nothing else changes."""
+    n = len(task.items)
+    return MiniTask(task.goal, task.noun, tuple(task.items[(i + r) % n] for i in range(n)),
+                    tuple(task.prices[(i + r) % n] for i in range(n)))  # fmt: skip
+
+
+def make_tasks(split: str, rotations: int = 1) -> tuple[MiniTask, ...]:
+    """The tasks of `split` (``train`` or ``heldout``); the same tuple on every call.
+
+    Args:
+        rotations: 1 (default): the split's tasks as generated. ``ITEMS_PER_TASK`` (4): every task in all four
+            rotations of its listing, task ``r * n + k`` being base task k rotated by r (n = the split's size), so
+            the right item sits at every position exactly once per base task: a policy that picks by position
+            alone succeeds on exactly 1/4 of them (the held-out set with no positional shortcut, issue 32).
+    """
     if split not in SPLIT_SIZES:
         raise ValueError(f"MiniShop split must be one of {sorted(SPLIT_SIZES)}, got {split!r}")
+    if rotations not in (1, ITEMS_PER_TASK):
+        raise ValueError(f"MiniShop rotations must be 1 or {ITEMS_PER_TASK} (all of them), got {rotations!r}")
+    base = _base_tasks(split)
+    return tuple(rotate(t, r) for r in range(rotations) for t in base)
+
+
+def _base_tasks(split: str) -> tuple[MiniTask, ...]:
     words = TRAIN_ATTRIBUTES if split == "train" else HELDOUT_ATTRIBUTES
     rng = np.random.default_rng([2026, 12, 2, 0 if split == "train" else 1])
     tasks = []
@@ -83,6 +105,17 @@ def make_tasks(split: str) -> tuple[MiniTask, ...]:
 
 def vocabulary() -> set[str]:
     """Every word an observation or action of either split can contain (a word-level tokenizer's word list)."""
-    from envkit.envs.minishop.env import FIXED_WORDS
+    from envkit.envs.minishop.env import FIXED_WORDS, READABLE_WORDS
 
-    return {*ATTRIBUTES, *NOUNS, *FIXED_WORDS, *(str(p) for p in range(5, 100)), ":", ";", ",", "$", "."}
+    return {
+        *ATTRIBUTES,
+        *NOUNS,
+        *FIXED_WORDS,
+        *READABLE_WORDS,
+        *(str(p) for p in range(5, 100)),
+        ":",
+        ";",
+        ",",
+        "$",
+        ".",
+    }

@@ -17,6 +17,9 @@ MARKS = {
     "envkit/Toy-v0": (),
     "envkit/MiniShop-v0": (),
     "envkit/MiniShopHeldout-v0": (),
+    "envkit/MiniShopHeldoutRotated-v0": (),
+    "envkit/MiniShopReadable-v0": (),
+    "envkit/MiniShopReadableHeldoutRotated-v0": (),
     "envkit/WebShopBrowser-v0": (pytest.mark.browser,),
 }
 

@@ -108,7 +108,7 @@ def test_a_fields_multi_line_docstring_reads_as_one_paragraph_in_help():
     for sentence in (
         "policy rows only, so an oracle action changes the policy's own ranking",  # SeroOptions.same_state
         "the summary counts the tasks per key as ``state_key_<kind>``",  # RunConfig.state_key
-        "the paper's ``w_t = 1``, as reachability alone weighs it",  # ReachConfig.first
+        "(default, the paper's) ``w_t = 1``, as reachability alone weighs it",  # ReachConfig.first
     ):
         assert any(sentence in line for line in lines), sentence
 
@@ -268,8 +268,9 @@ def test_rollout_inspect_export_and_datasets_load(tmp_path):
             assert [x["role"] for x in m] == ["system", "user", "assistant"]
             oracle = ds.filter(lambda r: r["is_oracle"])
             assert len(oracle) == summary["totals"]["oracle_rows"]
-            # every oracle step is down-weighted by the policy's likelihood (the first one by its own: reach.first own)
-            assert 0.0 < min(oracle["weight"]) <= max(oracle["weight"]) < 1.0
+            # the first oracle action of a continuation weighs 1 (the paper's, reach.first one), later ones the
+            # policy's likelihood of the path to them
+            assert 0.0 < min(oracle["weight"]) <= max(oracle["weight"]) == 1.0
             # an oracle turn's prompt shows the policy steps that led to its root (history of 2 steps)
             recs = {(r["task_id"], r["trajectory"], r["step"]): r for r in read_records(out)}
             first = next(

@@ -170,9 +170,8 @@ def test_hf_scorer_weights_in_a_toy_run(tmp_path, tiny):
         by_root.setdefault(r["root_id"], []).append(r)
     for rs in by_root.values():
         rs.sort(key=lambda r: r["step"])
-        # the first oracle action: its own likelihood (ReachConfig.first="own"); later ones: the path to them
-        first = max(rs[0]["oracle_loglik"], math.log(0.05))
-        assert rs[0]["reach_weight"] == pytest.approx(min(1.0, max(0.05, math.exp(first))))
+        # the first oracle action: 1 (ReachConfig.first="one", the paper's); later ones: the path to them
+        assert rs[0]["reach_weight"] == 1.0
         logw = 0.0
         for r in rs[1:]:
             logw += max(rs[rs.index(r) - 1]["oracle_loglik"], math.log(0.05))

@@ -37,26 +37,30 @@ def _outcome(root_obs, states, actions, *, n_admissible=4, t=2, trajectory=1):
 def test_uniform_weights_equal_hand_values():
     o = _outcome("r", ["r", "x", "y", "z", "q"], ["a0", "a1", "a2", "a3"])
     w = reach_weights(UniformScorer(), (), o, SeroConfig(), weighting="sequence")
-    # l_j = log(1/4) for every step: w = [1/4 (the first action's own likelihood), 1/4, 1/16, 1/64 -> w_min 0.05].
+    # l_j = log(1/4) for every step: w = [1 (the paper's w_t, default), 1/4, 1/16, 1/64 -> w_min 0.05].
     assert w.loglik == pytest.approx((math.log(0.25),) * 4)
-    assert w.weights == pytest.approx((0.25, 0.25, 0.0625, 0.05))
-    one = reach_weights(UniformScorer(), (), o, SeroConfig(reach=ReachConfig(first="one")), weighting="sequence")
-    assert one.weights == pytest.approx((1.0, 0.25, 0.0625, 0.05))  # the paper's w_t = 1
+    assert w.weights == pytest.approx((1.0, 0.25, 0.0625, 0.05))
+    own = reach_weights(UniformScorer(), (), o, SeroConfig(reach=ReachConfig(first="own")), weighting="sequence")
+    assert own.weights == pytest.approx((0.25, 0.25, 0.0625, 0.05))  # the ablation: its own likelihood
     w2 = reach_weights(
         UniformScorer(), (), o, SeroConfig(reach=ReachConfig(tau_w=2.0, w_min=0.0)), weighting="sequence"
     )
-    assert w2.weights == pytest.approx((0.5, 0.5, 0.25, 0.125))
+    assert w2.weights == pytest.approx((1.0, 0.5, 0.25, 0.125))
 
 
 def test_floor_applies_per_step():
     # 100 admissible actions: l = log(0.01) < log(p_floor = 0.05): each step contributes log(0.05).
     o = _outcome("r", ["r", "x", "y"], ["a0", "a1"], n_admissible=100)
     w = reach_weights(UniformScorer(), (), o, SeroConfig(reach=ReachConfig(w_min=0.0)), weighting="sequence")
-    assert w.weights == pytest.approx((0.05, 0.05))
+    assert w.weights == pytest.approx((1.0, 0.05))  # the first weighs 1; the second its path, floored
     w = reach_weights(
         UniformScorer(), (), o, SeroConfig(reach=ReachConfig(w_min=0.0, p_floor=0.001)), weighting="sequence"
     )
-    assert w.weights == pytest.approx((0.01, 0.01))
+    assert w.weights == pytest.approx((1.0, 0.01))
+    w = reach_weights(
+        UniformScorer(), (), o, SeroConfig(reach=ReachConfig(w_min=0.0, first="own")), weighting="sequence"
+    )
+    assert w.weights == pytest.approx((0.05, 0.05))  # the ablation floors the first one's own likelihood too
 
 
 def test_choice_variant_and_fallback():
@@ -65,7 +69,7 @@ def test_choice_variant_and_fallback():
     # choice prob among 5 equal candidates = 1/5; the unlisted action falls back to the sequence value.
     assert w.loglik == pytest.approx((math.log(0.2), math.log(0.2)))
     assert w.choice_fallbacks == 1
-    assert w.weights == pytest.approx((0.2, 0.2))
+    assert w.weights == pytest.approx((1.0, 0.2))
 
 
 def test_oracle_turns_carry_prefix_history_and_info_before_each_action():
@@ -111,7 +115,7 @@ def test_graph_distances_before_and_after_oracle_transitions():
     # Oracle rows: a success's A_E among policy + oracle step rows (10, 10, 0, 0, 10, 10), weight from l_j.
     sc = np.array([10.0, 10, 0, 0, 10, 10])
     assert ora[(0, 0)].episode_advantage == pytest.approx((10 - sc.mean()) / (sc.std(ddof=1) + 1e-6), abs=1e-12)
-    assert [ora[(0, j)].weight for j in range(2)] == pytest.approx([0.25, 0.25])
+    assert [ora[(0, j)].weight for j in range(2)] == pytest.approx([1.0, 0.25])
 
 
 def test_failed_continuations_add_nothing():

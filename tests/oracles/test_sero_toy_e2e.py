@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import gymnasium as gym
 import pytest
 
@@ -58,9 +56,8 @@ def test_random_fails_and_sero_rescues_in_subprocess_workers(tmp_path):
     for rows in by_root.values():
         rows.sort(key=lambda r: r["step"])
         assert rows[-1]["reward"] == 1.0 and rows[-1]["terminated"]  # the env confirmed the success
-        # the first oracle action weighs its own likelihood (reach.first="own"), floored at p_floor, >= w_min
-        own = max(min(math.exp(max(rows[0]["oracle_loglik"], math.log(0.05))), 1.0), 0.05)
-        assert rows[0]["reach_weight"] == pytest.approx(own, abs=1e-12) and rows[-1]["distance"] == 0
+        # the first oracle action weighs exactly 1 (the paper's, reach.first="one", default)
+        assert rows[0]["reach_weight"] == 1.0 and rows[-1]["distance"] == 0
         assert rows[0]["step"] == rows[0]["root_step"]
         # the oracle continues from exactly the state the policy reached
         prefix = [

@@ -130,8 +130,8 @@ def _openrlhf(sero):
 
 @pytest.mark.parametrize(
     "sero",
-    [SeroOptions(), SeroOptions(same_state="all"), SeroOptions(reach=ReachConfig(first="one", tau_w=2.0))],
-    ids=["default", "same_state_all", "first_one"],
+    [SeroOptions(), SeroOptions(same_state="all"), SeroOptions(reach=ReachConfig(first="own", tau_w=2.0))],
+    ids=["default", "same_state_all", "first_own"],
 )
 def test_every_backend_gives_the_same_credit_on_the_same_group(sero):
     local_turns, local_w, local_weighted = _local(sero)

@@ -11,7 +11,7 @@ few oracle trajectories").
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -86,8 +86,12 @@ def bc_warmup(
     batch: int = 8,
     lr: float = 3e-3,
     seed: int = 0,
+    every: int = 0,
+    callback: Callable[[int], None] | None = None,
 ) -> list[float]:
-    """`steps` AdamW steps of teacher forcing on the action tokens of `rows`; returns the loss per step."""
+    """`steps` AdamW steps of teacher forcing on the action tokens of `rows`; returns the loss per step.
+    With `callback`, ``callback(k)`` runs after every `every`-th step k (1-based; a checkpoint criterion reads the
+    model there, in eval mode, and the loop goes on in train mode: the steps are the same with or without it)."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     rng = np.random.default_rng([seed, 4241])
     device = next(model.parameters()).device
@@ -105,4 +109,8 @@ def bc_warmup(
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         losses.append(float(loss.item()))
+        if callback is not None and every and len(losses) % every == 0:
+            model.eval()
+            callback(len(losses))
+            model.train()
     return losses

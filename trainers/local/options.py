@@ -48,6 +48,12 @@ class AgentConfig:
     sero_opts: TrainerSeroOptions = field(default_factory=TrainerSeroOptions)
     """SERO settings (`envkit.trainers.sero_options.TrainerSeroOptions`: roots per group, a root's minimum budget,
     reachability weight, oracle share cap; a plain `SeroOptions` gets the trainer defaults)."""
+    sero_rows: Literal["credit", "supervised"] = "credit"
+    """What SERO's oracle continuations become: ``credit`` (default, SERO): state-rooted GraphGPO credit, the
+    policy rows re-ranked through the distances the rescues reveal, oracle actions weighted by reachability;
+    ``supervised`` (a control, issue 32): the same roots and continuations as plain supervised rows (every oracle
+    action's advantage `envkit.trainers.local.sero.SUPERVISED_ADVANTAGE`, weight 1) while the policy rows keep
+    plain GraphGPO's credit: "more oracle data" without SERO's credit."""
     # --- speed ---
     reuse_kv_cache: bool = True
     """Keep each live episode's KV cache between turns (`envkit.trainers.local.turn_cache`), so a turn feeds only the
@@ -56,6 +62,8 @@ class AgentConfig:
     def __post_init__(self) -> None:
         if (self.max_turns is not None and self.max_turns < 1) or self.max_context_tokens < 8:
             raise ValueError("AgentConfig: max_turns must be >= 1 and max_context_tokens >= 8")
+        if self.sero_rows not in ("credit", "supervised"):
+            raise ValueError(f"AgentConfig: sero_rows must be 'credit' or 'supervised', got {self.sero_rows!r}")
         if self.sero and self.estimator != "graphgpo":
             raise ValueError(
                 f"AgentConfig: SERO credits oracle continuations through the GraphGPO graph (docs/methods.md section 4); "

@@ -19,7 +19,9 @@ After `envkit.trainers.local.multi_turn.play` (with ``record=True``: every step 
 5. once the group is credited, every snapshot its episodes took is discarded in the episode's env
    (`envkit.lifetime.discard_many`): SWE overlay layers do not pile up over a run.
 
-Oracle rows are added to the batch (the failed episode keeps its own row, every turn with its policy credit) and
+With ``agent.sero_rows="supervised"`` (a control) steps 1-3 and 5 are the same, but the policy rows keep plain
+GraphGPO's credit and every oracle action gets `SUPERVISED_ADVANTAGE` at weight 1: the continuations as plain
+supervised rows. Oracle rows are added to the batch (the failed episode keeps its own row, every turn with its policy credit) and
 capped at ``sero_opts.max_oracle_share`` of it. The metrics carry `SeroAdvantages.metrics` (share of oracle actions
 at ``w_min``, the first oracle action's mean l_j, advantage mass of policy vs oracle rows, rescues).
 """
@@ -45,6 +47,11 @@ from envkit.trainers.sero_splice import splice_oracle_steps
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+#: advantage of every oracle action token under ``agent.sero_rows="supervised"``: with weight 1 and ratio 1 the
+#: clipped surrogate's gradient is then the oracle actions' log-likelihood gradient (supervised rows, token-averaged
+#: with the batch)
+SUPERVISED_ADVANTAGE = 1.0
 
 
 @dataclass
@@ -127,14 +134,17 @@ def sero_credit(
         kept.append((e, out))
     res = episode_credit(episodes, kept, _logliks(model, tokenizer, rows), cfg)
     o = res.oracle
+    supervised = cfg.sero_rows == "supervised"
     for k, row in enumerate(rows):
         part = o.of(k)
-        row.weights = [float(w) for w in o.weights[part]]
-        for (s, t), a in zip(row.spans, o.weighted[part], strict=True):
+        row.weights = [1.0] * len(row.spans) if supervised else [float(w) for w in o.weights[part]]
+        values = [SUPERVISED_ADVANTAGE] * len(row.spans) if supervised else o.weighted[part]
+        for (s, t), a in zip(row.spans, values, strict=True):
             row.advantages[s:t] = [float(a)] * (t - s)
+    policy_adv = res.plain.advantages if supervised else res.policy.advantages  # supervised: plain GraphGPO's
     turn_adv, i = [], 0
     for e in episodes:
-        turn_adv.append(np.asarray(res.policy.advantages[i : i + len(e.actions)]))
+        turn_adv.append(np.asarray(policy_adv[i : i + len(e.actions)]))
         i += len(e.actions)
     weights = [w for r in rows for w in r.weights]
     metrics = {f"sero_{k}": float(v) for k, v in counts.items()}

@@ -137,23 +137,30 @@ def test_oracle_rows_success_episode_term_same_state_graph_term_and_weights():
     r = np.array([10 * 0.1**4, 10 * 0.1**1])
     assert o.graph_adv == pytest.approx([((r - r.mean()) / (r.std(ddof=1) + 1e-6))[1], 0.0], abs=1e-12)
     assert o.advantages == pytest.approx(o.graph_adv + o.episode, abs=1e-15)
-    # weights: first action its own likelihood exp(-3) floored at p_floor 0.05; then exp(-3) floored again
-    assert o.weights == pytest.approx([0.05, 0.05], abs=1e-15)
+    # weights: the first action 1 (the paper's w_t, default); the second its path, exp(-3) floored at p_floor 0.05
+    assert o.weights == pytest.approx([1.0, 0.05], abs=1e-15)
     assert np.array_equal(o.weighted, o.advantages * o.weights)
     # the policy row at the root keeps its plain value: an oracle sibling does not enter its baseline
     assert res.policy.advantages[6] == res.plain.advantages[6]
 
 
-def test_first_action_weight_own_likelihood_or_one():
-    own = ReachConfig().weights([-0.5, -1.0, -0.1])
+def test_first_oracle_action_weighs_exactly_one_under_defaults():
+    """The paper's weighting is the default (issue 32): the first oracle action weighs exactly 1, however unlikely."""
+    assert ReachConfig().first == "one"
+    for ll in ([-0.5, -1.0, -0.1], [-9.0], [-40.0, -40.0], [0.0]):
+        assert ReachConfig().weights(ll)[0] == 1.0
+    assert ReachConfig().weights([-0.5, -1.0, -0.1]).tolist() == [1.0, math.exp(-0.5), math.exp(-1.5)]
+    assert ReachConfig(tau_w=2.0).weights([-1.0, -3.0]).tolist() == [1.0, math.exp(-0.5)]
+
+
+def test_first_action_weight_own_likelihood_ablation():
+    own = ReachConfig(first="own").weights([-0.5, -1.0, -0.1])
     assert own.tolist() == [math.exp(-0.5), math.exp(-0.5), math.exp(-1.5)]
-    one = ReachConfig(first="one").weights([-0.5, -1.0, -0.1])
-    assert one.tolist() == [1.0, math.exp(-0.5), math.exp(-1.5)]
-    assert ReachConfig(tau_w=2.0).weights([-1.0]).tolist() == [math.exp(-0.5)]
-    assert ReachConfig().weights([-9.0]) == pytest.approx(
+    assert ReachConfig(first="own", tau_w=2.0).weights([-1.0]).tolist() == [math.exp(-0.5)]
+    assert ReachConfig(first="own").weights([-9.0]) == pytest.approx(
         [0.05], abs=1e-15
     )  # floored at p_floor, then clipped to w_min
-    assert ReachConfig(p_floor=1e-6, w_min=0.2).weights([-9.0]).tolist() == [0.2]
+    assert ReachConfig(first="own", p_floor=1e-6, w_min=0.2).weights([-9.0]).tolist() == [0.2]
     with pytest.raises(ValueError, match=r"reach\.first"):
         ReachConfig(first="max")  # type: ignore[arg-type]
 
@@ -220,7 +227,8 @@ def test_metrics_are_the_diagnostics_of_the_group():
     )
     m = res.metrics()
     assert m["sero_rescues"] == 2.0 and m["sero_oracle_actions"] == 3.0
-    assert m["sero_w_min_share"] == pytest.approx(2 / 3) and m["sero_first_loglik"] == pytest.approx(-1.6)
+    # weights [1, 0.05] and [1] (each first oracle action weighs 1): one of three oracle actions at w_min
+    assert m["sero_w_min_share"] == pytest.approx(1 / 3) and m["sero_first_loglik"] == pytest.approx(-1.6)
     assert m["sero_policy_mass"] == pytest.approx(float(res.policy.advantages.sum()))
     assert m["sero_oracle_mass"] == pytest.approx(float(res.oracle.weighted.sum()))
     assert m["sero_policy_mass_plain"] == pytest.approx(float(res.plain.advantages.sum()))

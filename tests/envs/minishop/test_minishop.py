@@ -197,3 +197,54 @@ def test_state_key_names_the_state_not_the_step_or_the_feedback():
     assert item["state_key"] != info0["state_key"] and back["state_key"] == info0["state_key"]
     other = MiniShopEnv(split="heldout", evaluation=False)
     assert other.reset(options={"task": 2})[1]["state_key"] != info0["state_key"]  # the split is part of it
+
+
+def _fixed_position_success(env_id: str, position: int) -> float:
+    """Success share of the policy that always clicks item `position` and buys it, over every task of `env_id`."""
+    env = envkit.make(env_id).unwrapped
+    wins = 0
+    for k in range(len(env.tasks)):
+        env.reset(options={"task": k})
+        env.step(f"opt{position + 1}")
+        wins += int(env.step("opt1")[1] == 1.0)
+    return wins / len(env.tasks)
+
+
+@pytest.mark.parametrize("env_id", ["envkit/MiniShopHeldoutRotated-v0", "envkit/MiniShopReadableHeldoutRotated-v0"])
+def test_rotated_heldout_gives_any_positional_policy_exactly_a_quarter(env_id):
+    for position in range(4):
+        assert _fixed_position_success(env_id, position) == 0.25
+    # the unrotated held-out set had a positional shortcut (answers at positions 8/14/9/17 of 48)
+    assert max(_fixed_position_success("envkit/MiniShopHeldout-v0", p) for p in range(4)) == 17 / 48
+
+
+def test_rotations_move_only_the_listing():
+    base, rot = make_tasks("heldout"), make_tasks("heldout", rotations=4)
+    n = SPLIT_SIZES["heldout"]
+    assert len(rot) == 4 * n and rot[:n] == base
+    for r in range(4):
+        for k in (0, 5, 47):
+            t = rot[r * n + k]
+            assert (t.goal, t.noun, sorted(t.items)) == (base[k].goal, base[k].noun, sorted(base[k].items))
+            assert t.answer == (base[k].answer - r) % 4 and t.prices[t.answer] == base[k].prices[base[k].answer]
+    with pytest.raises(ValueError, match="rotations must be 1 or 4"):
+        make_tasks("train", rotations=2)
+
+
+def test_readable_item_page_says_match_or_nomatch_and_nothing_else_changes():
+    word, readable = envkit.make("envkit/MiniShop-v0").unwrapped, envkit.make("envkit/MiniShopReadable-v0").unwrapped
+    for env in (word, readable):
+        env.reset(options={"task": 3})
+    assert word.reset(options={"task": 3})[0] == readable.reset(options={"task": 3})[0]  # the results page
+    answer = readable.task.answer
+    right = readable.step(f"opt{answer + 1}")[0]
+    assert right.startswith("page: item ; match ; choose one: buy ")
+    readable.step("opt2")
+    wrong = readable.step(f"opt{(answer + 1) % 4 + 1}")[0]
+    assert wrong.startswith("page: item ; nomatch ; choose one: buy ")
+    plain = word.step(f"opt{(answer + 1) % 4 + 1}")[0]
+    assert plain.startswith("page: item ; choose one: buy ") and "match" not in plain.split()
+    assert {"match", "nomatch"} <= vocabulary()
+    run = run_oracle(readable, make_oracle("envkit/MiniShopReadable-v0"), *readable.reset(options={"task": 3}),
+                     max_steps=8)  # fmt: skip
+    assert run.success and len(run.steps) == 2

@@ -88,7 +88,7 @@ def test_oracle_rows_are_the_episode_ids_then_the_oracle_actions_with_reachabili
             assert r[-1] == tok.eos_token_id
             assert tok.decode(r[:-1]) in ("left", "right", "stay", "teleport")
             assert r[:-1] == encode_text(tok, tok.decode(r[:-1]))
-        # Weights recomputed from a plain forward: w_0 the first action's own likelihood (reach.first="own"),
+        # Weights recomputed from a plain forward: w_0 = 1 (reach.first="one", default; "own" the ablation),
         # w_k from the earlier actions' means.
         ids, attn, target = batch_sequences([prompt], [resp], pad, "cpu")
         with torch.no_grad():
@@ -103,7 +103,8 @@ def test_oracle_rows_are_the_episode_ids_then_the_oracle_actions_with_reachabili
         loglik = [float(lp[a:b].mean()) for a, b in spans]
         w = reachability_weights(loglik, p_floor=0.05, tau_w=1.0, w_min=0.05)
         assert w[0] == 1.0 and np.all(np.diff(w) <= 1e-12)  # the paper's formula
-        own = ReachConfig().weights(loglik)
+        assert np.array_equal(ReachConfig().weights(loglik), w)  # the default is the paper's formula
+        own = ReachConfig(first="own").weights(loglik)
         assert own[0] == pytest.approx(max(min(np.exp(max(loglik[0], np.log(0.05))), 1.0), 0.05), abs=1e-6)
         assert np.array_equal(own[1:], w[1:])
         # Each span carries one advantage value (GraphGPO credit x its weight).
@@ -206,3 +207,20 @@ def test_sero_on_alfworld_restores_natively_and_the_oracle_finishes(tmp_path, al
     assert m["sero_native"] == m["sero_restored"] == m["sero_tried"] and m["sero_diverged"] == 0
     assert m["sero_rows"] >= 1 and len(batch) == 8 + m["sero_rows"]
     assert m["zero_adv_fraction"] < 1.0
+
+
+def test_supervised_rows_are_the_same_continuations_with_advantage_one_and_plain_policy_credit(trainer):
+    """``agent.sero_rows="supervised"`` (issue 32's oracle-data control): the same roots and continuations as SERO,
+    every oracle action token at advantage exactly 1, the policy rows exactly plain GraphGPO's."""
+    sero, ms = _batch(trainer)
+    sup, m = _batch(trainer, sero_rows="supervised")
+    plain, _ = _batch(trainer, sero=False)
+    n_ep = trainer.cfg.prompts_per_step * trainer.cfg.group_size
+    assert m["sero_rows"] == ms["sero_rows"] >= 1 and len(sup) == len(sero)  # same episodes, same continuations
+    assert sup.responses == sero.responses and sup.loss_flags == sero.loss_flags
+    assert sup.advantages[:n_ep] == plain.advantages[:n_ep]  # policy rows: plain GraphGPO
+    for adv, flags in zip(sup.advantages[n_ep:], sup.loss_flags[n_ep:], strict=True):
+        assert [a for a, f in zip(adv, flags, strict=True) if f] == [1.0] * sum(flags)
+        assert all(a == 0.0 for a, f in zip(adv, flags, strict=True) if not f)
+    with pytest.raises(ValueError, match="sero_rows must be 'credit' or 'supervised'"):
+        AgentConfig(sero_rows="both")  # type: ignore[arg-type]
