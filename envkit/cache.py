@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import secrets
 import stat
+import tempfile
 from pathlib import Path
 
 
@@ -24,7 +25,7 @@ def cache_root() -> Path:
 def install_key(name: str) -> bytes:
     """This install's secret key `name` (32 random bytes), made on first use.
 
-    Kept in ``<cache_root()>/keys/<name>.key`` (folder 0700, file 0600, created exclusively), apart from the
+    Kept in ``<cache_root()>/keys/<name>.key`` (folder 0700, file 0600, linked into place whole), apart from the
     caches it authenticates, so that a file planted in a cache folder cannot carry a valid tag. A key file that
     is not a regular file owned by this user and private to it is refused (`PermissionError` naming the file
     and how to fix it: remove it, a new key is made and every entry it signed is rebuilt).
@@ -32,13 +33,17 @@ def install_key(name: str) -> bytes:
     folder = cache_root() / "keys"
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     path = folder / f"{name}.key"
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(fd, "wb") as f:
-            f.write(secrets.token_bytes(32))
+    if not os.path.lexists(path):  # written whole under a private name, then linked: readers never see it half
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=f".{name}.")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(secrets.token_bytes(32))
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass  # another process made it first: use theirs
+        finally:
+            os.unlink(tmp)
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
