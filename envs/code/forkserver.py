@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--preload", default="")
     p.add_argument("--no-isolation", action="store_true")
     p.add_argument("--no-seccomp", action="store_true", help="no keyring/mqueue seccomp filter (to measure its cost)")
+    p.add_argument("--no-cpu-cgroup", action="store_true", help="do not poll the CPU cgroups (to measure the cost)")
     p.add_argument("--no-pidns", action="store_true", help="no PID namespace per check (to measure its cost)")
     p.add_argument("--io-dir", required=True, help="the client's private directory of check files")
     p.add_argument("--hide", action="append", default=[], help="a path checks must not see (repeatable)")
@@ -138,6 +139,8 @@ def main(argv: list[str] | None = None) -> None:
             importlib.import_module(name)
             preloaded.append(name)
     isolation["preloaded"] = preloaded
+    if args.no_cpu_cgroup:
+        cpu_usage, cg_report["cpu"] = [], False
     isolation["cgroups"] = cg_report
     isolation["seccomp"] = bool(_check_process.seccomp.available()) and not args.no_seccomp
     if args.no_pidns:
