@@ -60,7 +60,7 @@ def test_sigterm_closes_every_session_before_exit(wire, tmp_path):
     import pytest
 
     pytest.importorskip("openenv.core.env_server")
-    from tests.serve.conftest import REPO, Server, free_port  # noqa: F401 - same fixtures as every serve test
+    from tests.serve.conftest import REPO, Server, free_port
 
     port = free_port()
     env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
