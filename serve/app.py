@@ -84,7 +84,7 @@ class Server:
             "sessions": t.held(), "sessions_closing": len(t.closing), "max_sessions": t.max_sessions, "idle_timeout_s": t.idle_timeout,
             "sessions_by_kind": {k: kinds.count(k) for k in ("http", "ws", "oneshot")},
             "snapshots": len(t.snapshots), "snapshot_bytes": b.bytes, "max_snapshots": b.per_session,
-            "max_snapshots_total": b.total, "max_snapshot_bytes": b.max_bytes, "expired_sessions": t.expired,
+            "max_snapshots_total": b.total, "max_snapshot_bytes": b.max_bytes, "max_snapshot_bytes_per_session": b.per_session_bytes, "expired_sessions": t.expired,
         })  # fmt: skip
         return out
 
@@ -149,6 +149,7 @@ def build_app(
     max_snapshots: int = 10_000,
     max_snapshots_total: int = 100_000,
     max_snapshot_mb: int = 4096,
+    max_snapshot_mb_per_session: int = 0,
     token: str | None = None,
     oracle: bool = False,
     limits: ServeLimits | None = None,
@@ -156,10 +157,13 @@ def build_app(
 ) -> Any:
     """The ASGI app serving `env_id` (see the module docstring); run it with `envkit.serve.limits.run`
     (``envkit-serve`` does), which adds the header deadline and connection cap that no ASGI app can.
-    ``state_keys``: send ``info["state_key"]`` (training only; dropped by default)."""
+    ``state_keys``: send ``info["state_key"]`` (training only; dropped by default).
+    ``max_snapshot_mb_per_session``: each session's share of the snapshot bytes (0: ``max_snapshot_mb /
+    max_sessions``, so that no session can take what another's episode needs)."""
     limits = limits or ServeLimits()
     factory = functools.partial(EnvkitEnvironment, env_id, dict(env_kwargs or {}), state_keys=state_keys)
-    budget = SnapshotBudget(max_snapshots, max_snapshots_total, max_snapshot_mb << 20)
+    share = (max_snapshot_mb_per_session << 20) or max(1 << 20, (max_snapshot_mb << 20) // max_sessions)
+    budget = SnapshotBudget(max_snapshots, max_snapshots_total, max_snapshot_mb << 20, share)
     table = SessionTable(factory, max_sessions=max_sessions, idle_timeout=idle_timeout, budget=budget)
     server = Server(env_id, env_kwargs or {}, table, oracle=oracle)
     app: FastAPI = create_app(

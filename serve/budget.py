@@ -64,9 +64,12 @@ class SnapshotBudget:
         per_session: Most snapshots one session may hold (`SnapshotError`, 409, beyond).
         total: Most snapshots the server holds over all sessions (`ServerCapacityError`, 503, beyond).
         max_bytes: Most estimated bytes they may hold together (`ServerCapacityError`, 503, beyond).
+        per_session_bytes: Most estimated bytes one session's snapshots may hold (`SnapshotError`, 409, beyond;
+            None: ``max_bytes``). ``max_bytes / max_sessions`` (what ``envkit-serve`` sets by default) is each
+            session's guaranteed share: no session can take the bytes another's honest episode needs.
     """
 
-    def __init__(self, per_session: int, total: int, max_bytes: int):
+    def __init__(self, per_session: int, total: int, max_bytes: int, per_session_bytes: int | None = None):
         for name, v in (
             ("max_snapshots", per_session),
             ("max_snapshots_total", total),
@@ -75,6 +78,7 @@ class SnapshotBudget:
             if v < 1:
                 raise ValueError(f"{name} must be >= 1, got {v}")
         self.per_session, self.total, self.max_bytes = per_session, total, max_bytes
+        self.per_session_bytes = max_bytes if per_session_bytes is None else max(1, per_session_bytes)
         self.count = 0  # reserved or held
         self.bytes = 0
         self._lock = threading.Lock()
@@ -96,22 +100,36 @@ class SnapshotBudget:
             self.count += 1
             session.pending += 1
 
-    def charge(self, nbytes: int) -> None:
-        """Charge a reserved snapshot its size, or refuse (the caller discards it and calls `release`)."""
+    def charge(self, nbytes: int, session: Any = None) -> None:
+        """Charge a reserved snapshot its size (to the server and to `session`), or refuse (the caller discards
+        it and calls `release`)."""
         with self._lock:
+            mine = getattr(session, "snapshot_bytes", 0)
             if self.bytes + nbytes > self.max_bytes:
                 raise ServerCapacityError(
                     f"the server's snapshots would hold {(self.bytes + nbytes) >> 20} MiB, over its budget of "
                     f"{self.max_bytes >> 20} MiB (--max-snapshot-mb); discard snapshots or retry later"
                 )
+            if session is not None and mine + nbytes > self.per_session_bytes:
+                raise SnapshotError(
+                    f"this session's snapshots would hold {(mine + nbytes) / (1 << 20):.1f} MiB, over its share of "
+                    f"{self.per_session_bytes / (1 << 20):.1f} MiB (--max-snapshot-mb-per-session); discard "
+                    "snapshots you no longer need with env.discard(s)"
+                )
             self.bytes += nbytes
+            if session is not None:
+                session.snapshot_bytes = mine + nbytes
 
-    def uncharge(self, nbytes: int) -> None:
+    def uncharge(self, nbytes: int, session: Any = None) -> None:
         with self._lock:
             self.bytes -= nbytes
+            if session is not None:
+                session.snapshot_bytes -= nbytes
 
-    def release(self, nbytes: int = 0) -> None:
-        """Give back one slot (and the bytes it was charged)."""
+    def release(self, nbytes: int = 0, session: Any = None) -> None:
+        """Give back one slot (and the bytes it was charged, to the server and to `session`)."""
         with self._lock:
             self.count -= 1
             self.bytes -= nbytes
+            if session is not None:
+                session.snapshot_bytes -= nbytes

@@ -39,6 +39,7 @@ class Session:
     key: str = field(default_factory=lambda: secrets.token_urlsafe(24), repr=False)
     snapshots: set[str] = field(default_factory=set)
     pending: int = 0  # snapshots reserved, being taken
+    snapshot_bytes: int = 0  # charged to its snapshots (its share of the byte budget)
     busy: int = 0
 
     def owned_by(self, key: str | None) -> bool:
@@ -141,11 +142,11 @@ class SessionTable:
             snap, charged = s.env.snapshot(), 0
             try:
                 size = deep_size(snap)
-                budget.charge(size)
+                budget.charge(size, s)
                 charged = size
                 return snap, size, (s.env.step(step) if step is not None else None)
             except BaseException:
-                budget.uncharge(charged)
+                budget.uncharge(charged, s)
                 try:
                     s.env.discard(snap)
                 except Exception:  # the first error is the one to report
@@ -160,7 +161,7 @@ class SessionTable:
         finally:
             s.pending -= 1
         if s.id not in self.sessions:  # closed meanwhile: its env is closed, which frees the snapshot's state
-            budget.release(size)
+            budget.release(size, s)
             raise SessionLostError("the session was closed while its snapshot was taken")
         handle = secrets.token_urlsafe(18)
         self.snapshots[handle] = (s.id, snap, size)
@@ -187,7 +188,7 @@ class SessionTable:
         held = self.snapshots.pop(handle, None)
         if held is not None:
             s.snapshots.discard(handle)
-            self.budget.release(held[2])
+            self.budget.release(held[2], s)
 
     # ----- lifetime ----------------------------------------------------------------------------------------
     async def close(self, sid: str) -> None:
@@ -205,7 +206,7 @@ class SessionTable:
             for h in list(s.snapshots):
                 _, snap, size = self.snapshots.pop(h, (None, None, 0))
                 if snap is not None:
-                    self.budget.release(size)
+                    self.budget.release(size, s)
                 try:
                     s.env.discard(snap)
                 except Exception:  # best effort: the env is closed next

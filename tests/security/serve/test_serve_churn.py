@@ -144,3 +144,30 @@ def test_the_header_limit_holds_for_a_head_sent_in_one_write(serve, wire):
         answer = s.recv(65536)
     assert answer.startswith(b"HTTP/1.1 431"), answer[:80]
     wire.still_serves(srv)
+
+
+def test_one_session_cannot_take_the_snapshot_bytes_another_needs(serve, wire):
+    # 2 MiB for 2 sessions: 1 MiB each. Each snapshot carries its episode's replay record (3 x 60 KB actions).
+    srv = serve(TOY, "--max-snapshot-mb", "2", "--max-sessions", "2", "--env-kwarg", "max_steps=1000")
+    c = wire.Http(srv)
+    (a, ka), (b, kb) = c.session(), c.session()
+    for sid, key in ((a, ka), (b, kb)):
+        assert c.call("POST", f"/envkit/sessions/{sid}/reset", {"seed": 0}, Envkit_Session_Key=key)[0] == 200
+        for _ in range(3):
+            assert (
+                c.call("POST", f"/envkit/sessions/{sid}/step", {"action": "x" * 60_000}, Envkit_Session_Key=key)[0]
+                == 200
+            )
+    for _ in range(50):  # the greedy session snapshots until refused
+        status, out = c.call("POST", f"/envkit/sessions/{a}/snapshot", {}, Envkit_Session_Key=ka)
+        if status != 200:
+            break
+    assert status == 409 and "--max-snapshot-mb-per-session" in out["error"]["message"], (status, out)
+    info = wire.info(srv)
+    assert info["max_snapshot_bytes_per_session"] == 1 << 20 and info["snapshot_bytes"] <= 1 << 20
+    # the other session's honest episode still snapshots (its share was never available to the first)
+    for _ in range(2):
+        status, out = c.call("POST", f"/envkit/sessions/{b}/snapshot", {}, Envkit_Session_Key=kb)
+        assert status == 200, out
+    assert c.call("DELETE", f"/envkit/sessions/{a}", Envkit_Session_Key=ka)[0] == 200
+    wire.still_serves(srv)
