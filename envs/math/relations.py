@@ -9,8 +9,9 @@ spelled:
   whose sides are constants (no free symbols: ``31``, ``\\pi``, ``e``, ``\\sqrt{961}``) must have equal constant
   sides. math-verify itself compares only the last side against a reference that is not an equation.
 - `dropped_values`: every number (and ``\\pi``, ``\\infty``) the answer writes must be read by the parser. The
-  answer is parsed once more with each such value replaced by a fresh symbol whose name the answer cannot guess
-  (a per-call random subscript); a value whose symbol is missing from the parse was dropped (math-verify parses
+  answer is parsed once more with each such value replaced by a symbol the answer cannot name (a single letter
+  the answer does not contain anywhere; not a subscripted name or a braced group: latex2sympy takes seconds on
+  those); a value whose symbol is missing from the parse was dropped (math-verify parses
   ``31 \\therefore 30`` as ``30``), and the answer is wrong -- unless the dropped value is the answer's own
   value (``30 \\iff 30``). Where that variant does not parse, each value is
   changed in turn instead (``31`` -> ``131``) and the parse must change. Not tracked: subscripts (``a_{10}``,
@@ -22,7 +23,6 @@ Both run only for answers math-verify already found equal to the reference, in t
 from __future__ import annotations
 
 import re
-import secrets
 from collections.abc import Callable
 from typing import Any
 
@@ -88,6 +88,11 @@ def _as_value(side: Any) -> Any:
     return side.xreplace(subs) if subs else side
 
 
+#: Names for the values of the symbolic parse: single lowercase letters that math-verify reads as plain symbols
+#: (not ``e``, ``i``, ``d``, ``l``, ``o``), used only when the answer contains the letter nowhere.
+_LETTERS = "abcfghjkmnpqrstuvwxyz"
+
+
 def constant_sides_agree(parsed: Any, equal: Callable[[Any, Any], bool]) -> str:
     """``""`` if the value sides of every equation in `parsed` (math-verify's parse) agree, else why not."""
     if not parsed or not _is_expr(parsed[0]):
@@ -103,7 +108,7 @@ def constant_sides_agree(parsed: Any, equal: Callable[[Any, Any], bool]) -> str:
 
 
 def _prepare(answer: str) -> str:
-    answer = _WRAPPED_VALUE_RE.sub(lambda m: "{" + m.group(1) + "}", answer)
+    answer = _WRAPPED_VALUE_RE.sub(lambda m: "(" + m.group(1) + ")", answer)
     return _BARE_ARG_RE.sub(
         lambda m: m.group(1) + "{" + m.group(2) + "}" + ("{" + m.group(3) + "}" if m.group(3) else ""), answer
     )
@@ -164,13 +169,13 @@ def dropped_values(answer: str, parse: Callable[[str], Any], equal: Callable[[An
     spans = _values(answer)
     if not spans:
         return ""
-    base = 10**6 + secrets.randbelow(8 * 10**6)
-    names = [f"q_{base + i}" for i in range(len(spans))]
-    variant = _replace(answer, spans, lambda i, _: f" {{q_{{{base + i}}}}} ")
-    parsed = parse(variant)
+    free = [c for c in _LETTERS if c not in answer.lower()]  # letters the answer never writes, in any form
+    names = free[: len(spans)]
+    variant = _replace(answer, spans, lambda i, _: f" {names[i]} ") if len(names) == len(spans) else ""
+    parsed = parse(variant) if variant else None
     ref = parse(answer)
     if parsed and _is_expr(parsed[0]):
-        by_name = {str(s).replace("{", "").replace("}", ""): s for s in parsed[0].free_symbols}
+        by_name = {str(s): s for s in parsed[0].free_symbols}
         missing = [i for i, n in enumerate(names) if n not in by_name]
         bad = [i for i in missing if not _restates(answer[slice(*spans[i])], ref, parse, equal)]
         if bad:
