@@ -41,6 +41,8 @@ _WRAPPED_VALUE_RE = re.compile(
 #: ``\frac12``, ``\sqrt2``, ``\binom52``: single-digit arguments without braces.
 _BARE_ARG_RE = re.compile(r"(\\(?:[dt]?frac|[dt]?binom|sqrt)\s*)(\d)(\d?)")
 MAX_PERTURBED = 24
+#: What may surround a lone value without the answer saying anything else.
+_BARE_REST_RE = re.compile(r"[\s$+\-{}()]+")
 
 
 def _is_expr(obj: Any) -> bool:
@@ -169,6 +171,8 @@ def dropped_values(answer: str, parse: Callable[[str], Any], equal: Callable[[An
     spans = _values(answer)
     if not spans:
         return ""
+    if len(spans) == 1 and not _BARE_REST_RE.sub("", answer[: spans[0][0]] + answer[spans[0][1] :]):
+        return ""  # a lone number (``-4``, ``$30$``): nothing else for the parser to drop it for
     free = [c for c in _LETTERS if c not in answer.lower()]  # letters the answer never writes, in any form
     names = free[: len(spans)]
     variant = _replace(answer, spans, lambda i, _: f" {names[i]} ") if len(names) == len(spans) else ""
