@@ -9,7 +9,8 @@ Measured side by side in one run:
 - code, new vs old: the same checks through this tree's sandbox and through the sandbox of another git ref
   (``--baseline-ref``, default ``main``; exported with ``git archive`` and run in a subprocess), alternating
   ``--ab-rounds`` times so that a shared machine's load hits both alike; reports the ratio new/old.
-- code, cost of each layer: the same checks with the PID namespace off, the cgroups off, both off, and with
+- code, cost of each layer: the same checks with the PID namespace off, the seccomp filter off (keyrings, POSIX
+  message queues), the CPU-cgroup watchdog off, the cgroups off, both off, and with
   every problem forced through the judge process (``check_path="judge"``).
 - math: `envkit.envs.math.verifier.MathVerifier.verify_many` on reasoning-gym problems (half correct, half wrong
   answers), without the cache, and on GRPO-like groups (8 samples per problem sharing answers) with the cache.
@@ -196,6 +197,8 @@ def bench_code_ab(ref: str, ab_rounds: int, slots: int, timeout: float) -> dict[
     variants: dict[str, dict[str, object]] = {
         "all_layers": {},
         "no_pid_namespace": {"pid_namespace": False},
+        "no_seccomp": {"seccomp": False},
+        "no_cpu_cgroup_watchdog": {"cpu_cgroup": False},
         "no_cgroups": {"cgroup_memory_mb": 0},
         "no_pidns_no_cgroups": {"pid_namespace": False, "cgroup_memory_mb": 0},
         "all_through_judge_process": {"check_path": "judge"},

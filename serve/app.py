@@ -35,7 +35,7 @@ from envkit.serve.limits import Guard, ServeLimits
 from envkit.serve.models import EnvkitAction, EnvkitEnvironment, EnvkitObservation
 from envkit.serve.paths import PathScrubber
 from envkit.serve.sessions import Session, SessionLostError, SessionTable
-from envkit.serve.wire import BODIES, OpenEnvStep, ResetBody, error_body, parse_object, ws_error
+from envkit.serve.wire import BODIES, OpenEnvStep, ResetBody, error_body, parse_off_loop, ws_error
 
 PROTOCOL = 2  # 2: HTTP sessions need their key (Envkit-Session-Key); /mcp removed
 KEY_HEADER = "envkit-session-key"
@@ -75,16 +75,18 @@ class Server:
         self._reaper: asyncio.Task[None] | None = None
 
     def info(self) -> dict[str, Any]:
+        """The server's settings and counts, scrubbed like every answer (env kwargs may name server paths)."""
         t, b = self.table, self.table.budget
-        kinds = [s.kind for s in t.sessions.values()]
-        return {
+        kinds = [s.kind for s in (*t.sessions.values(), *t.closing.values())]
+        out: dict[str, Any] = self.scrub({
             "protocol": PROTOCOL, "server": self.id, "env_id": self.env_id, "env_kwargs": self.env_kwargs,
             "metadata": self.metadata, "evaluation": self.evaluation, "oracle": self.oracle, **self.spaces,
-            "sessions": len(t.sessions), "max_sessions": t.max_sessions, "idle_timeout_s": t.idle_timeout,
+            "sessions": t.held(), "sessions_closing": len(t.closing), "max_sessions": t.max_sessions, "idle_timeout_s": t.idle_timeout,
             "sessions_by_kind": {k: kinds.count(k) for k in ("http", "ws", "oneshot")},
             "snapshots": len(t.snapshots), "snapshot_bytes": b.bytes, "max_snapshots": b.per_session,
-            "max_snapshots_total": b.total, "max_snapshot_bytes": b.max_bytes, "expired_sessions": t.expired,
-        }  # fmt: skip
+            "max_snapshots_total": b.total, "max_snapshot_bytes": b.max_bytes, "max_snapshot_bytes_per_session": b.per_session_bytes, "expired_sessions": t.expired,
+        })  # fmt: skip
+        return out
 
     def error(self, exc: BaseException) -> tuple[int, dict[str, Any]]:
         status, body = error_body(exc)
@@ -147,6 +149,7 @@ def build_app(
     max_snapshots: int = 10_000,
     max_snapshots_total: int = 100_000,
     max_snapshot_mb: int = 4096,
+    max_snapshot_mb_per_session: int = 0,
     token: str | None = None,
     oracle: bool = False,
     limits: ServeLimits | None = None,
@@ -154,10 +157,13 @@ def build_app(
 ) -> Any:
     """The ASGI app serving `env_id` (see the module docstring); run it with `envkit.serve.limits.run`
     (``envkit-serve`` does), which adds the header deadline and connection cap that no ASGI app can.
-    ``state_keys``: send ``info["state_key"]`` (training only; dropped by default)."""
+    ``state_keys``: send ``info["state_key"]`` (training only; dropped by default).
+    ``max_snapshot_mb_per_session``: each session's share of the snapshot bytes (0: ``max_snapshot_mb /
+    max_sessions``, so that no session can take what another's episode needs)."""
     limits = limits or ServeLimits()
     factory = functools.partial(EnvkitEnvironment, env_id, dict(env_kwargs or {}), state_keys=state_keys)
-    budget = SnapshotBudget(max_snapshots, max_snapshots_total, max_snapshot_mb << 20)
+    share = (max_snapshot_mb_per_session << 20) or max(1 << 20, (max_snapshot_mb << 20) // max_sessions)
+    budget = SnapshotBudget(max_snapshots, max_snapshots_total, max_snapshot_mb << 20, share)
     table = SessionTable(factory, max_sessions=max_sessions, idle_timeout=idle_timeout, budget=budget)
     server = Server(env_id, env_kwargs or {}, table, oracle=oracle)
     app: FastAPI = create_app(
@@ -199,7 +205,7 @@ def build_app(
     async def session_op(sid: str, op: str, request: Request) -> JSONResponse:
         try:
             s = table.get(sid, request.headers.get(KEY_HEADER))
-            out = await server.handle(s, op, parse_object(await request.body()))
+            out = await server.handle(s, op, await parse_off_loop(await request.body()))
         except Exception as exc:
             return answer(exc)
         return JSONResponse(out)
@@ -208,7 +214,7 @@ def build_app(
     @app.post("/reset")
     async def stateless_reset(request: Request) -> JSONResponse:
         try:
-            body = ResetBody.model_validate(parse_object(await request.body()))
+            body = ResetBody.model_validate(await parse_off_loop(await request.body()))
             s = await server.open("oneshot")
         except Exception as exc:
             return answer(exc)
@@ -222,7 +228,7 @@ def build_app(
     @app.post("/step")
     async def stateless_step(request: Request) -> JSONResponse:
         try:
-            OpenEnvStep.model_validate(parse_object(await request.body()))
+            OpenEnvStep.model_validate(await parse_off_loop(await request.body()))
             raise E.ResetNeededError(
                 "OpenEnv's stateless POST /step runs on a fresh env, which needs a reset first: play episodes over "
                 "/ws or /envkit/sessions (docs/interop.md)"
@@ -257,7 +263,11 @@ def build_app(
             except (RuntimeError, WebSocketDisconnect):  # the client closed first
                 pass
 
-    return Guard(app, token, limits)
+    async def shutdown() -> None:  # SIGTERM / SIGINT: uvicorn's graceful shutdown ends in lifespan.shutdown
+        await table.close_all()
+        print(f"envkit-serve: shut down; every session's env closed ({table.expired} had expired)", flush=True)
+
+    return Guard(app, token, limits, on_shutdown=shutdown)
 
 
 def _kept(route: BaseRoute) -> bool:
@@ -279,7 +289,7 @@ async def _ws_session(websocket: WebSocket, server: Server, s: Session) -> None:
             text = msg.get("text")
             if text is None:
                 text = (msg.get("bytes") or b"").decode("utf-8")
-            data0 = parse_object(text)
+            data0 = await parse_off_loop(text)
             kind = data0.get("type", "")
             if kind == "close":
                 return

@@ -5,8 +5,10 @@ server's ``--max-snapshots-total``, under one lock, so that concurrent requests 
 taken, then *charged* its estimated size against ``--max-snapshot-mb`` (refused, and discarded at once, when
 the total would pass it). `deep_size` estimates a snapshot's memory: it walks containers and envkit's own
 objects and counts foreign objects (an engine's shared, immutable parts) shallowly, so a snapshot pays for the
-data it holds, not for the game it points into; shared parts between snapshots are counted in each, so the
-estimate errs high.
+data it holds, not for the game it points into; shared parts between snapshots are counted in each, and every
+object is charged what ``sys.getsizeof`` leaves out (GC header, allocator rounding), so the estimate errs high;
+a walk cut short at ``max_nodes`` objects (the rest is not walked, to bound the time) charges twice what it
+walked.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from envkit.errors import ServerCapacityError, SnapshotError
 
 _LEAVES = (str, bytes, bytearray, int, float, bool, complex, type(None))
 _MAX_NODES = 200_000
+#: Bytes per object that ``sys.getsizeof`` leaves out: the GC header of containers (16), the allocator's
+#: rounding and free-list slack (~16 on average). 8 MiB of ``{}`` is 64 B each by getsizeof, ~100 B in RSS.
+_OVERHEAD = 40
 
 
 def deep_size(obj: Any, max_nodes: int = _MAX_NODES) -> int:
@@ -31,7 +36,7 @@ def deep_size(obj: Any, max_nodes: int = _MAX_NODES) -> int:
         if id(o) in seen:
             continue
         seen.add(id(o))
-        total += sys.getsizeof(o)
+        total += sys.getsizeof(o) + _OVERHEAD
         if isinstance(o, _LEAVES):
             continue
         if isinstance(o, dict):
@@ -47,6 +52,8 @@ def deep_size(obj: Any, max_nodes: int = _MAX_NODES) -> int:
                 for name in getattr(cls, "__slots__", ()):
                     if hasattr(o, name):
                         stack.append(getattr(o, name))
+    if stack:  # cut short: what is left is charged as much again as was walked (never less than walked)
+        total *= 2
     return total
 
 
@@ -57,9 +64,12 @@ class SnapshotBudget:
         per_session: Most snapshots one session may hold (`SnapshotError`, 409, beyond).
         total: Most snapshots the server holds over all sessions (`ServerCapacityError`, 503, beyond).
         max_bytes: Most estimated bytes they may hold together (`ServerCapacityError`, 503, beyond).
+        per_session_bytes: Most estimated bytes one session's snapshots may hold (`SnapshotError`, 409, beyond;
+            None: ``max_bytes``). ``max_bytes / max_sessions`` (what ``envkit-serve`` sets by default) is each
+            session's guaranteed share: no session can take the bytes another's honest episode needs.
     """
 
-    def __init__(self, per_session: int, total: int, max_bytes: int):
+    def __init__(self, per_session: int, total: int, max_bytes: int, per_session_bytes: int | None = None):
         for name, v in (
             ("max_snapshots", per_session),
             ("max_snapshots_total", total),
@@ -68,6 +78,7 @@ class SnapshotBudget:
             if v < 1:
                 raise ValueError(f"{name} must be >= 1, got {v}")
         self.per_session, self.total, self.max_bytes = per_session, total, max_bytes
+        self.per_session_bytes = max_bytes if per_session_bytes is None else max(1, per_session_bytes)
         self.count = 0  # reserved or held
         self.bytes = 0
         self._lock = threading.Lock()
@@ -89,22 +100,36 @@ class SnapshotBudget:
             self.count += 1
             session.pending += 1
 
-    def charge(self, nbytes: int) -> None:
-        """Charge a reserved snapshot its size, or refuse (the caller discards it and calls `release`)."""
+    def charge(self, nbytes: int, session: Any = None) -> None:
+        """Charge a reserved snapshot its size (to the server and to `session`), or refuse (the caller discards
+        it and calls `release`)."""
         with self._lock:
+            mine = getattr(session, "snapshot_bytes", 0)
             if self.bytes + nbytes > self.max_bytes:
                 raise ServerCapacityError(
                     f"the server's snapshots would hold {(self.bytes + nbytes) >> 20} MiB, over its budget of "
                     f"{self.max_bytes >> 20} MiB (--max-snapshot-mb); discard snapshots or retry later"
                 )
+            if session is not None and mine + nbytes > self.per_session_bytes:
+                raise SnapshotError(
+                    f"this session's snapshots would hold {(mine + nbytes) / (1 << 20):.1f} MiB, over its share of "
+                    f"{self.per_session_bytes / (1 << 20):.1f} MiB (--max-snapshot-mb-per-session); discard "
+                    "snapshots you no longer need with env.discard(s)"
+                )
             self.bytes += nbytes
+            if session is not None:
+                session.snapshot_bytes = mine + nbytes
 
-    def uncharge(self, nbytes: int) -> None:
+    def uncharge(self, nbytes: int, session: Any = None) -> None:
         with self._lock:
             self.bytes -= nbytes
+            if session is not None:
+                session.snapshot_bytes -= nbytes
 
-    def release(self, nbytes: int = 0) -> None:
-        """Give back one slot (and the bytes it was charged)."""
+    def release(self, nbytes: int = 0, session: Any = None) -> None:
+        """Give back one slot (and the bytes it was charged, to the server and to `session`)."""
         with self._lock:
             self.count -= 1
             self.bytes -= nbytes
+            if session is not None:
+                session.snapshot_bytes -= nbytes

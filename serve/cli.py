@@ -33,6 +33,8 @@ class ServeConfig:
         max_snapshots: Most snapshots one session may hold (409 beyond).
         max_snapshots_total: Most snapshots the server holds over all sessions (503 beyond).
         max_snapshot_mb: Most MiB the server's snapshots may hold together, estimated (503 beyond).
+        max_snapshot_mb_per_session: Most MiB one session's snapshots may hold (409 beyond; 0: max_snapshot_mb /
+            max_sessions, each session's guaranteed share).
         token: Require 'Authorization: Bearer TOKEN' (None: $ENVKIT_SERVE_TOKEN, else no token).
         oracle: Serve the domain oracle (privileged, training only: SERO over remote envs).
         state_keys: Send each state's exact key ``info["state_key"]`` (training only: a digest of hidden state,
@@ -51,6 +53,7 @@ class ServeConfig:
     max_snapshots: int = 10_000
     max_snapshots_total: int = 100_000
     max_snapshot_mb: int = 4096
+    max_snapshot_mb_per_session: int = 0
     token: str | None = None
     oracle: bool = False
     state_keys: bool = False
@@ -83,6 +86,7 @@ def serve(cfg: ServeConfig) -> None:
             max_snapshots=cfg.max_snapshots,
             max_snapshots_total=cfg.max_snapshots_total,
             max_snapshot_mb=cfg.max_snapshot_mb,
+            max_snapshot_mb_per_session=cfg.max_snapshot_mb_per_session,
             token=token,
             oracle=cfg.oracle,
             state_keys=cfg.state_keys,

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +31,10 @@ class ServeLimits:
         max_connections: Most open connections (HTTP and WebSocket); a request beyond it gets 503 and a new
             connection beyond twice it is closed at once.
         max_header_bytes: Most bytes of a request line plus headers (h11's incomplete-event limit; 400 beyond).
+        max_unauthenticated: With a token, most open connections that have not shown it yet (a new one beyond
+            closes the oldest of them): their own share, so they cannot starve token holders.
+        shutdown_timeout: Seconds that SIGTERM / SIGINT waits for open requests and then for every session's
+            env to close (cleanup of its sandboxes, mounts, cgroups) before the process exits anyway.
     """
 
     max_body: int = 8 << 20
@@ -38,9 +43,14 @@ class ServeLimits:
     keep_alive: float = 75.0
     max_connections: int = 256
     max_header_bytes: int = 64 << 10
+    max_unauthenticated: int = 32
+    shutdown_timeout: float = 30.0
 
     def __post_init__(self) -> None:
-        for name in ("max_body", "header_timeout", "body_timeout", "keep_alive", "max_connections", "max_header_bytes"):
+        for name in (
+            "max_body", "header_timeout", "body_timeout", "keep_alive", "max_connections", "max_header_bytes",
+            "shutdown_timeout", "max_unauthenticated",
+        ):  # fmt: skip
             if not getattr(self, name) > 0:
                 raise ValueError(f"ServeLimits.{name} must be > 0, got {getattr(self, name)!r}")
 
@@ -62,10 +72,15 @@ def authorized(headers: Mapping[str, str], token: str | None) -> bool:
 class Guard:
     """ASGI middleware: bearer token on every route but ``/health``; body and message sizes counted as received."""
 
-    def __init__(self, app: Any, token: str | None, limits: ServeLimits):
-        self.app, self.token, self.limits = app, token, limits
+    def __init__(
+        self, app: Any, token: str | None, limits: ServeLimits, on_shutdown: Callable[[], Awaitable[None]] | None = None
+    ):
+        self.app, self.token, self.limits, self.on_shutdown = app, token, limits, on_shutdown
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "lifespan" and self.on_shutdown is not None:
+            await self.app(scope, self._shutdown_first(receive), send)
+            return
         if scope["type"] not in ("http", "websocket") or scope.get("path") == "/health":
             await self.app(scope, receive, send)
             return
@@ -78,6 +93,8 @@ class Guard:
             msg = "missing or wrong bearer token: send 'Authorization: Bearer <token>' (envkit-serve --token)"
             await _error(401, "PermissionError", msg)(scope, receive, send)
             return
+        if self.token:
+            authenticated(scope.get("client"))
         if scope["type"] == "websocket":
             await self.app(scope, self._counted_ws(receive, send), send)
             return
@@ -122,6 +139,26 @@ class Guard:
             await _error(408, "TimeoutError", why, close=True)(scope, receive, send)
             return None
 
+    def _shutdown_first(self, receive: Any) -> Any:
+        """`receive` of the lifespan scope, running `on_shutdown` (within ``shutdown_timeout``) before the app
+        sees ``lifespan.shutdown``: uvicorn's SIGTERM / SIGINT handling ends there, so cleanup runs."""
+
+        async def wrapped() -> Any:
+            msg = await receive()
+            if msg.get("type") == "lifespan.shutdown" and self.on_shutdown is not None:
+                try:
+                    async with asyncio.timeout(self.limits.shutdown_timeout):
+                        await self.on_shutdown()
+                except TimeoutError:
+                    print(
+                        f"envkit-serve: cleanup did not finish within {self.limits.shutdown_timeout} s "
+                        "(--shutdown-timeout); exiting anyway",
+                        flush=True,
+                    )
+            return msg
+
+        return wrapped
+
     def _counted_ws(self, receive: Any, send: Any) -> Any:
         cap = self.limits.max_body
 
@@ -137,50 +174,113 @@ class Guard:
         return counted
 
 
-def deadline_protocol(limits: ServeLimits) -> type[Any]:
-    """uvicorn's h11 protocol with a header read deadline and a connection cap (see `ServeLimits`)."""
+#: Connections that have not (yet) shown the bearer token, oldest first, by client address (token mode only).
+_UNAUTHENTICATED: OrderedDict[Any, Any] = OrderedDict()
+
+
+def authenticated(client: Any) -> None:
+    """Called by `Guard` when a request on the connection from `client` carried the token: from now on the
+    connection no longer counts against the unauthenticated share."""
+    if client:
+        _UNAUTHENTICATED.pop(tuple(client), None)
+
+
+def deadline_protocol(limits: ServeLimits, token_mode: bool = False) -> type[Any]:
+    """uvicorn's h11 protocol with request deadlines, a header size limit and connection caps (see `ServeLimits`).
+
+    - Header deadline: ``header_timeout`` from a request's first byte to the end of its headers (408).
+    - Request deadline: ``header_timeout + body_timeout`` from a request's first byte to the end of its body,
+      which nothing resets -- not an early answer (``GET /health``, 401, 405 sent before the body was read),
+      not body bytes trickling in: the connection is closed when it passes.
+    - Header size: the bytes of a request head are counted however they arrive (h11's own limit holds only
+      for heads that arrive in pieces): beyond ``max_header_bytes``, 431 and closed.
+    - Connections: beyond ``2 x max_connections`` a new one is closed at once. With a token (`token_mode`),
+      connections that have not shown it yet have their own share, ``max_unauthenticated``: a new one beyond
+      it closes the oldest such connection, so unauthenticated sockets cannot fill the cap that token holders
+      need (uvicorn's ``limit_concurrency`` answers 503 past ``max_connections``).
+    """
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
     class DeadlineH11Protocol(H11Protocol):
         _timer: asyncio.TimerHandle | None = None
+        _req_timer: asyncio.TimerHandle | None = None
+        _head_bytes = 0
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
             if len(self.connections) > 2 * limits.max_connections:
                 self._reply(503, "Service Unavailable", b"too many connections to this envkit-serve\n")
                 return
+            if token_mode and self.client:
+                _UNAUTHENTICATED[tuple(self.client)] = self
+                while len(_UNAUTHENTICATED) > limits.max_unauthenticated:
+                    _, oldest = _UNAUTHENTICATED.popitem(last=False)
+                    if oldest is not self and not oldest.transport.is_closing():
+                        oldest.transport.close()  # the unauthenticated share is full: the oldest goes
             self._arm()
 
         def _arm(self) -> None:
             if self._timer is None:
                 self._timer = self.loop.call_later(limits.header_timeout, self._expired)
+            if self._req_timer is None:
+                self._req_timer = self.loop.call_later(
+                    limits.header_timeout + limits.body_timeout, self._request_expired
+                )
 
         def _disarm(self) -> None:
             if self._timer is not None:
                 self._timer.cancel()
                 self._timer = None
 
+        def _disarm_request(self) -> None:
+            if self._req_timer is not None:
+                self._req_timer.cancel()
+                self._req_timer = None
+
         def data_received(self, data: bytes) -> None:
             if self.conn.their_state is h11.IDLE:
+                if self._timer is None:
+                    self._head_bytes = 0
                 self._arm()  # a new request began: its headers have header_timeout to arrive
+                end = data.find(b"\r\n\r\n")
+                self._head_bytes += len(data) if end < 0 else end + 4
+                if self._head_bytes > limits.max_header_bytes:
+                    self._reply(431, "Request Header Fields Too Large", b"request headers over the server's limit\n")
+                    return
             super().data_received(data)
             if self.conn.their_state is not h11.IDLE:
                 self._disarm()
+            if self.conn.their_state in (h11.DONE, h11.MUST_CLOSE, h11.CLOSED, h11.SWITCHED_PROTOCOL):
+                self._disarm_request()  # the whole request is in
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            if self.conn.their_state is h11.IDLE and self._timer is not None:
+            if self.conn.their_state is h11.IDLE:
                 self._disarm()  # idle between requests: the keep-alive timer runs (re-armed at the next byte)
+                self._disarm_request()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
+            self._disarm_request()
+            if self.client:
+                _UNAUTHENTICATED.pop(tuple(self.client), None)
             super().connection_lost(exc)
 
         def _expired(self) -> None:
             self._timer = None
             if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
                 self._reply(408, "Request Timeout", b"request headers did not arrive in time\n")
+
+        def _request_expired(self) -> None:
+            self._req_timer = None
+            if self.transport.get_protocol() is not self or self.transport.is_closing():
+                return  # upgraded to a WebSocket (its own limits hold), or already closing
+            if self.conn.their_state in (h11.IDLE, h11.SEND_BODY):
+                if self.cycle is None or not self.cycle.response_started:
+                    self._reply(408, "Request Timeout", b"the request did not arrive in time\n")
+                else:
+                    self.transport.close()  # answered early, the body still trickling: nothing resets the deadline
 
         def _reply(self, status: int, reason: str, body: bytes) -> None:
             head = f"HTTP/1.1 {status} {reason}\r\ncontent-type: text/plain\r\nconnection: close\r\n"
@@ -195,7 +295,9 @@ def run(asgi: Any, *, host: str, port: int, limits: ServeLimits, log_level: str 
     import uvicorn
 
     uvicorn.run(
-        asgi, host=host, port=port, log_level=log_level, http=deadline_protocol(limits),
+        asgi, host=host, port=port, log_level=log_level,
+        http=deadline_protocol(limits, token_mode=bool(getattr(asgi, "token", None))),
         timeout_keep_alive=max(1, round(limits.keep_alive)), limit_concurrency=limits.max_connections,
         h11_max_incomplete_event_size=limits.max_header_bytes, ws_max_size=limits.max_body,
+        timeout_graceful_shutdown=max(1, round(limits.shutdown_timeout)),
     )  # fmt: skip

@@ -39,6 +39,7 @@ class Session:
     key: str = field(default_factory=lambda: secrets.token_urlsafe(24), repr=False)
     snapshots: set[str] = field(default_factory=set)
     pending: int = 0  # snapshots reserved, being taken
+    snapshot_bytes: int = 0  # charged to its snapshots (its share of the byte budget)
     busy: int = 0
 
     def owned_by(self, key: str | None) -> bool:
@@ -70,6 +71,8 @@ class SessionTable:
         self.idle_timeout = idle_timeout
         self.budget = budget or SnapshotBudget(10_000, 100_000, 4 << 30)
         self.sessions: dict[str, Session] = {}
+        #: Sessions closed but whose env has not stopped yet (a step still running): they keep their slot.
+        self.closing: dict[str, Session] = {}
         self.snapshots: dict[str, tuple[str, Any, int]] = {}  # handle -> (owner session id, snapshot, bytes)
         self._reserved = 0
         self._lock = asyncio.Lock()
@@ -77,7 +80,7 @@ class SessionTable:
 
     async def open(self, kind: str = "http") -> Session:
         async with self._lock:
-            if len(self.sessions) + self._reserved >= self.max_sessions:
+            if self.held() + self._reserved >= self.max_sessions:
                 raise ServerCapacityError(
                     f"the server holds its maximum of {self.max_sessions} sessions; close some (env.close()) or "
                     "start envkit-serve with a larger --max-sessions"
@@ -96,6 +99,10 @@ class SessionTable:
         async with self._lock:
             self.sessions[s.id] = s
         return s
+
+    def held(self) -> int:
+        """Slots in use: open sessions plus closed ones whose env is still running (its close queued behind)."""
+        return len(self.sessions) + len(self.closing)
 
     def get(self, sid: str, key: str | None = None, kind: str = "http") -> Session:
         """The session `sid`; for an HTTP request (`kind` "http") only with its key."""
@@ -135,11 +142,11 @@ class SessionTable:
             snap, charged = s.env.snapshot(), 0
             try:
                 size = deep_size(snap)
-                budget.charge(size)
+                budget.charge(size, s)
                 charged = size
                 return snap, size, (s.env.step(step) if step is not None else None)
             except BaseException:
-                budget.uncharge(charged)
+                budget.uncharge(charged, s)
                 try:
                     s.env.discard(snap)
                 except Exception:  # the first error is the one to report
@@ -154,7 +161,7 @@ class SessionTable:
         finally:
             s.pending -= 1
         if s.id not in self.sessions:  # closed meanwhile: its env is closed, which frees the snapshot's state
-            budget.release(size)
+            budget.release(size, s)
             raise SessionLostError("the session was closed while its snapshot was taken")
         handle = secrets.token_urlsafe(18)
         self.snapshots[handle] = (s.id, snap, size)
@@ -181,30 +188,41 @@ class SessionTable:
         held = self.snapshots.pop(handle, None)
         if held is not None:
             s.snapshots.discard(handle)
-            self.budget.release(held[2])
+            self.budget.release(held[2], s)
 
     # ----- lifetime ----------------------------------------------------------------------------------------
     async def close(self, sid: str) -> None:
+        """Close session `sid`: it stops taking requests at once, but keeps its slot (`held`) until its env has
+        stopped -- the close runs on the session's thread, after any call still running there -- even when the
+        caller is cancelled meanwhile."""
         async with self._lock:
             s = self.sessions.pop(sid, None)
-        if s is None:
-            return
+            if s is None:
+                return
+            self.closing[sid] = s
+        loop = asyncio.get_running_loop()
 
         def shut() -> None:
             for h in list(s.snapshots):
                 _, snap, size = self.snapshots.pop(h, (None, None, 0))
                 if snap is not None:
-                    self.budget.release(size)
+                    self.budget.release(size, s)
                 try:
                     s.env.discard(snap)
                 except Exception:  # best effort: the env is closed next
                     pass
             s.env.close()
 
-        try:
-            await asyncio.get_running_loop().run_in_executor(s.thread, shut)
-        finally:
+        def stopped(_: Any) -> None:
             s.thread.shutdown(wait=False)
+            try:
+                loop.call_soon_threadsafe(self.closing.pop, sid, None)
+            except RuntimeError:  # the loop is gone (the server stopped): nothing counts slots any more
+                self.closing.pop(sid, None)
+
+        done = s.thread.submit(shut)
+        done.add_done_callback(stopped)
+        await asyncio.shield(asyncio.wrap_future(done))
 
     async def reap(self) -> None:
         """Drop idle sessions, forever (run as a background task)."""
@@ -219,5 +237,7 @@ class SessionTable:
                     self.expired += 1
 
     async def close_all(self) -> None:
-        for sid in list(self.sessions):
-            await self.close(sid)
+        """Close every session and wait until every env has stopped (those already closing too)."""
+        await asyncio.gather(*(self.close(sid) for sid in list(self.sessions)), return_exceptions=True)
+        while self.closing:
+            await asyncio.sleep(0.05)

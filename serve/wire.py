@@ -3,7 +3,9 @@
 Every malformed input is refused with a 4xx status and the reason (never a 500): bodies are pydantic models
 that forbid unknown fields and bound their values (a seed is 0 <= seed < 2**64, as numpy takes it); JSON
 nested deeper than `MAX_DEPTH` is refused before it reaches an env (CPython's parser would raise
-RecursionError at ~1,000 levels, and a deep `options` dict would recurse in the env's code).
+RecursionError at ~1,000 levels, and a deep `options` dict would recurse in the env's code), and so is JSON
+with more than `MAX_VALUES` values (bounded on the raw bytes, before parsing). `parse_object` is called off the
+event loop (`parse_off_loop`): a request's parsing never stalls the other clients.
 """
 
 from __future__ import annotations
@@ -18,6 +20,10 @@ from envkit.errors import ServerCapacityError, SessionLostError
 
 #: Deepest nesting of a request's JSON (objects and arrays) that the server accepts.
 MAX_DEPTH = 32
+#: Most JSON values in one request (an upper bound counted on the raw bytes before parsing: every value but
+#: the first of a container follows a comma, every container opens with a bracket). 8 MiB of ``{}`` is 4
+#: million objects, ~200 MiB of Python objects and seconds of parsing; real requests have a few dozen.
+MAX_VALUES = 10_000
 
 
 class _Body(BaseModel):
@@ -93,6 +99,13 @@ def parse_object(raw: bytes | str) -> dict[str, Any]:
     """A request's JSON object, or ValueError saying what is wrong with it (empty: ``{}``)."""
     if not raw:
         return {}
+    b = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
+    values = b.count(b",") + b.count(b"{") + b.count(b"[")
+    if values > MAX_VALUES:
+        raise ValueError(
+            f"the request has up to {values} JSON values (commas and brackets counted before parsing), over the "
+            f"server's limit of {MAX_VALUES}; send smaller options"
+        )
     try:
         data = json.loads(raw)
     except RecursionError:
@@ -106,6 +119,13 @@ def parse_object(raw: bytes | str) -> dict[str, Any]:
     if _depth(data) > MAX_DEPTH:
         raise ValueError(f"the request's JSON is nested deeper than {MAX_DEPTH} levels")
     return data
+
+
+async def parse_off_loop(raw: bytes | str) -> dict[str, Any]:
+    """`parse_object` on a worker thread (the event loop keeps serving the other connections meanwhile)."""
+    import asyncio
+
+    return await asyncio.to_thread(parse_object, raw)
 
 
 def error_body(exc: BaseException) -> tuple[int, dict[str, Any]]:

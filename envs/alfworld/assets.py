@@ -4,10 +4,13 @@
 content and the engine packages' versions), so resets never re-translate (TextWorld translates twice per
 reset) and a new process does not either. The cached objects are TextWorld's `GameLogic` (a parsed grammar)
 and fast-downward's translated task, object graphs of two third-party packages that no data format holds
-without a serializer of each; so the cache stays a pickle, and `load_assets` unpickles only a regular file
-owned by this user and writable by nobody else (checked on the opened descriptor, so a swap after the check
-does not count); any other entry is ignored and rebuilt (a warning says why). The cache directory is made
-mode 0700. Traps handled here: `fast_downward.pddl2sas` overwrites ``sys.argv``
+without a serializer of each; so the cache stays a pickle, authenticated: each entry is
+``magic + HMAC-SHA256(install key, entry name + pickle) + pickle``, the key being this install's secret
+(`envkit.cache.install_key`, kept apart from the cache folders), and `load_assets` unpickles only an entry whose
+tag verifies, read from a regular file owned by this user and writable by nobody else (checked on the opened
+descriptor, so a swap after the check does not count). Any other entry -- planted, copied from another install,
+renamed from another game's entry -- is ignored and rebuilt (a warning says why); nothing else is unpickled.
+The cache directory is made mode 0700. Traps handled here: `fast_downward.pddl2sas` overwrites ``sys.argv``
 on every call (`_translate` restores it), and TextWorld parses grammars with one module-global TatSu parser that
 is not thread-safe (two threads building assets at once corrupt its state stack: ``IndexError: pop from empty
 list``), so builds in one process take `_BUILD_LOCK` in turn.
@@ -16,6 +19,8 @@ list``), so builds in one process take `_BUILD_LOCK` in turn.
 from __future__ import annotations
 
 import hashlib
+import hmac
+import io
 import json
 import os
 import pickle
@@ -31,13 +36,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from envkit.cache import install_key
 from envkit.envs.alfworld.deps import Demangler, EntityInfo, fast_downward, pddl_logic, textworld
 from envkit.envs.alfworld.grammar import CachedGrammar
 
 __all__ = ["FactSets", "GameAssets", "load_assets"]
 
 #: Bumped when `GameAssets` or the classes it pickles change, so stale disk-cache entries are rebuilt.
-_ASSET_FORMAT = 2
+_ASSET_FORMAT = 3  # 3: entries carry an HMAC tag
 
 
 @contextmanager
@@ -213,6 +219,32 @@ def _open_trusted(path: Path) -> Any:
     return os.fdopen(fd, "rb")
 
 
+_MAGIC = b"envkit-assets-hmac1\n"
+#: Entries larger than this are not read (a real one is a few MiB).
+MAX_ENTRY_BYTES = 256 << 20
+
+
+def _tag(name: str, payload: bytes) -> bytes:
+    return hmac.new(install_key("alfworld-assets"), name.encode() + b"\0" + payload, hashlib.sha256).digest()
+
+
+def _authenticated(blob: bytes, name: str) -> bytes | None:
+    """The pickle in `blob` if its tag is this install's HMAC of (entry name, pickle), else None (a warning
+    says why; nothing is unpickled)."""
+    n = len(_MAGIC)
+    if len(blob) > n + 32 and len(blob) <= MAX_ENTRY_BYTES and blob[:n] == _MAGIC:
+        payload = blob[n + 32 :]
+        if hmac.compare_digest(blob[n : n + 32], _tag(name, payload)):
+            return payload
+    warnings.warn(
+        f"ignoring the ALFWorld asset cache entry {name}: it does not carry this install's HMAC tag "
+        "(planted, copied from another install, or written by an older envkit); it is not unpickled and is rebuilt.",
+        RuntimeWarning,
+        stacklevel=3,
+    )
+    return None
+
+
 def load_assets(
     gamefile: str | Path, engine: Any, cache_size: int = 64, disk_cache: str | Path | None = None
 ) -> GameAssets:
@@ -237,11 +269,17 @@ def load_assets(
     assets = None
     f = _open_trusted(pkl) if pkl is not None else None
     if f is not None:
-        try:
-            with f:
-                assets = replace(pickle.load(f), key=key)
-        except (OSError, pickle.UnpicklingError, EOFError, AttributeError, TypeError, ImportError):
-            assets = None  # a stale or partial cache entry: rebuild it
+        with f:
+            try:
+                blob = f.read(MAX_ENTRY_BYTES + 1)
+            except OSError:
+                blob = b""
+        payload = _authenticated(blob, pkl.name) if pkl is not None else None
+        if payload is not None:
+            try:
+                assets = replace(pickle.loads(payload), key=key)
+            except (pickle.UnpicklingError, EOFError, AttributeError, TypeError, ImportError, ValueError):
+                assets = None  # a stale entry signed by this install (an older package): rebuild it
     if assets is None:
         with _BUILD_LOCK:
             with _ASSETS_LOCK:
@@ -254,8 +292,11 @@ def load_assets(
             if pkl is not None:
                 pkl.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
                 fd, tmp = tempfile.mkstemp(dir=pkl.parent, suffix=".tmp")
+                buf = io.BytesIO()
+                _HashSafePickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(assets)
+                payload = buf.getvalue()
                 with os.fdopen(fd, "wb") as f:
-                    _HashSafePickler(f, protocol=pickle.HIGHEST_PROTOCOL).dump(assets)
+                    f.write(_MAGIC + _tag(pkl.name, payload) + payload)
                 os.replace(tmp, pkl)
             with _ASSETS_LOCK:
                 _ASSETS[key] = assets

@@ -44,6 +44,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 # The harness's own references, taken before any check runs.
 _EXEC, _COMPILE = builtins.exec, builtins.compile
 plain: Any = None  # `envs/code/plain.py`, set by the fork server (loaded by path)
+seccomp: Any = None  # `envs/code/seccomp.py`, likewise
 
 
 def _exc_name(exc: BaseException) -> str:
@@ -115,6 +116,8 @@ def _enter(uid: int | None, gid: int | None, workdir: str, limits: dict[str, Any
         os.setuid(uid)
     _libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
     _libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)  # cleared by the uid change: set again
+    if seccomp is not None and limits.get("seccomp", True):
+        seccomp.deny_persistent_state()  # no keyring keys, no POSIX message queues: nothing outlives the check
     os.environ.clear()
     os.environ.update(
         {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": workdir, "TMPDIR": workdir, "LANG": "C.UTF-8",

@@ -22,6 +22,9 @@ import time
 from typing import Any
 
 CLONE_NEWPID = 0x20000000
+#: How often the CPU cgroups of running checks are read (a check can overrun its CPU limit by about this much
+#: times its process count).
+CPU_POLL_S = 0.05
 FILES = ("in", "judge", "reply", "out", "err", "verdict")
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -38,6 +41,8 @@ class RunningCheck:
         self.status: int | None = None
         self.judge_status: int | None = None
         self.cpu = 0.0
+        self.cpu0 = 0.0  # the slot's CPU cgroup usage when the check started
+        self.tree_cpu = 0.0  # CPU seconds of all the candidate's processes together (with a CPU cgroup)
         self.timed_out = False
 
     def done(self) -> bool:
@@ -65,6 +70,7 @@ class ForkServer:
         check_process: Any,
         isolation_module: Any,
         slot_ns: list[tuple[int, int]],
+        cpu_usage: list[int] | None = None,
     ) -> None:
         #: The sibling modules (loaded by path by the entry point): what a forked check runs, and the namespaces.
         self.check_process = check_process
@@ -81,6 +87,8 @@ class ForkServer:
         self.isolation = isolation
         self.io_fd = io_fd
         self.cgroups = cgroups
+        #: Per slot: an fd of its CPU cgroup's usage file (empty: only the per-process RLIMIT_CPU holds).
+        self.cpu_usage = cpu_usage or []
         uid_ok = isolation.get("uid_drop", False)
         n = args.slots
         self.slots: list[dict[str, int | None]] = [
@@ -183,6 +191,7 @@ class ForkServer:
             "max_processes": self.args.max_processes,
             "max_file_mb": self.args.max_file_mb,
             "max_open_files": self.args.max_open_files,
+            "seccomp": bool(self.isolation.get("seccomp")),
         }
         opened: list[int] = []
         try:
@@ -202,6 +211,8 @@ class ForkServer:
                 opened.append(reply)
                 cand_fds = [self.null, out, err, reply, spec]
             job = RunningCheck(req, k, workdir, time.monotonic() + wall, cpu_s)
+            if self.cpu_usage:
+                job.cpu0 = self.iso.cpu_usage_s(self.cpu_usage[k])
             cg = self.cgroups[k] if self.cgroups else []
             job.init_pid = self._fork_candidate(cg, cand_fds, slot, workdir, limits)
             self.by_pid[job.init_pid] = (job, "init")
@@ -299,7 +310,7 @@ class ForkServer:
             "status": state,
             "exit_code": code,
             "signal": sig,
-            "cpu_s": round(job.cpu, 4),
+            "cpu_s": round(max(job.cpu, job.tree_cpu), 4),
             "seconds": time.monotonic() - job.start,
         }
         if job.judge_pid:
@@ -307,6 +318,15 @@ class ForkServer:
             out["judge_exit_code"] = os.WEXITSTATUS(js) if os.WIFEXITED(js) else None
             out["judge_signal"] = os.WTERMSIG(js) if os.WIFSIGNALED(js) else None
         return out
+
+    def _over_cpu(self, job: RunningCheck) -> bool:
+        """Whether the candidate's processes together used more CPU than the check's limit (forked children
+        each have the whole RLIMIT_CPU; the slot's CPU cgroup counts them all)."""
+        try:
+            job.tree_cpu = self.iso.cpu_usage_s(self.cpu_usage[job.slot]) - job.cpu0
+        except (OSError, ValueError):
+            return False
+        return job.tree_cpu > job.cpu_s
 
     def _kill(self, job: RunningCheck) -> None:
         job.timed_out = True
@@ -326,6 +346,8 @@ class ForkServer:
                     self.send({"id": req.get("id"), "status": "error", "why": f"{type(exc).__name__}: {exc}"})
             now = time.monotonic()
             deadline = min((j.deadline for j in self.jobs.values() if not j.timed_out), default=now + 3600)
+            if self.cpu_usage and self.jobs:  # poll the CPU cgroups of running checks
+                deadline = min(deadline, now + CPU_POLL_S)
             for key, _events in self.sel.select(timeout=max(0.0, deadline - now)):
                 if key.data == "in":
                     self._read_requests()
@@ -337,6 +359,9 @@ class ForkServer:
             self._reap()
             now = time.monotonic()
             for job in list(self.jobs.values()):
+                if self.cpu_usage and not job.timed_out and not job.done() and self._over_cpu(job):
+                    self._kill(job)
+                    self._reap()
                 if not job.timed_out and now >= job.deadline and not job.done():
                     self._kill(job)
                     self._reap()

@@ -20,9 +20,12 @@ forks the candidate G as PID 1 of a fresh PID namespace (``unshare(CLONE_NEWPID)
 its own): ``kill(-1)`` in it reaches only its own processes, and when it exits the kernel kills everything it
 left. G joins the slot's cgroups and drops to the slot's candidate uid (`check_process.run_candidate`). On the
 judge path the server also forks the judge J as the slot's judge uid (`check_process.run_judge`), joined to G
-by two pipes. Limits: RLIMIT_CPU (the check's time limit, CPU seconds: timing does not change verdicts on a
-loaded machine) plus a generous wall-clock backstop (SIGKILL), RLIMIT_AS, RLIMIT_FSIZE (the output files), the
-slot's memory and pids cgroups. When G (and J) have exited, the server removes the check's directory and
+by two pipes. Limits: the check's time limit in CPU seconds (timing does not change verdicts on a loaded
+machine) for the candidate's processes *together* -- the slot's CPU-accounting cgroup, read every
+``CPU_POLL_S``, kills the check when their sum passes it -- and RLIMIT_CPU per process (the only CPU bound
+where there is no cgroup: then each forked child has the whole limit), plus a generous wall-clock backstop
+(SIGKILL), RLIMIT_AS, RLIMIT_FSIZE (the output files), the slot's memory and pids cgroups, and a seccomp filter
+(`seccomp.py`: no kernel keyring keys, no POSIX message queues -- state that would outlive the check). When G (and J) have exited, the server removes the check's directory and
 answers ``{"id", "status", "exit_code", "signal", "cpu_s", "seconds", ...}``; the client reads the result files.
 
 Protocol (both ways): 4-byte big-endian length + UTF-8 JSON. The first message from the server is
@@ -64,6 +67,7 @@ _isolation = _load("isolation")
 isolate = _isolation.isolate
 _check_process = _load("check_process")
 _check_process.plain = _load("plain")
+_check_process.seccomp = _load("seccomp")
 _check_server = _load("check_server")
 
 
@@ -82,6 +86,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--output-limit", type=int, default=65536)
     p.add_argument("--preload", default="")
     p.add_argument("--no-isolation", action="store_true")
+    p.add_argument("--no-seccomp", action="store_true", help="no keyring/mqueue seccomp filter (to measure its cost)")
+    p.add_argument("--no-cpu-cgroup", action="store_true", help="do not poll the CPU cgroups (to measure the cost)")
     p.add_argument("--no-pidns", action="store_true", help="no PID namespace per check (to measure its cost)")
     p.add_argument("--io-dir", required=True, help="the client's private directory of check files")
     p.add_argument("--hide", action="append", default=[], help="a path checks must not see (repeatable)")
@@ -90,11 +96,12 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     io_fd = os.open(args.io_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)  # before the mount namespace
     cgroups: list[list[int]] = []
+    cpu_usage: list[int] = []
     made: list[Any] = []
     cg_report: dict[str, Any] = {}
     slot_ns: list[tuple[int, int]] = []
     if args.cgroup_memory_mb and os.geteuid() == 0 and not args.no_isolation:
-        cgroups, made, cg_report = _isolation.slot_cgroups(
+        cgroups, cpu_usage, made, cg_report = _isolation.slot_cgroups(
             f"{os.getpid()}", args.slots, args.cgroup_memory_mb, args.max_processes + 2
         )
     if args.no_isolation:
@@ -132,14 +139,17 @@ def main(argv: list[str] | None = None) -> None:
             importlib.import_module(name)
             preloaded.append(name)
     isolation["preloaded"] = preloaded
+    if args.no_cpu_cgroup:
+        cpu_usage, cg_report["cpu"] = [], False
     isolation["cgroups"] = cg_report
+    isolation["seccomp"] = bool(_check_process.seccomp.available()) and not args.no_seccomp
     if args.no_pidns:
         isolation["pidns"] = False
     gc.freeze()  # keep the preloaded objects out of the children's garbage collections (fewer copied pages)
     try:
         _check_server.ForkServer(
             args, isolation, io_fd, cgroups, check_process=_check_process, isolation_module=_isolation,
-            slot_ns=slot_ns,
+            slot_ns=slot_ns, cpu_usage=cpu_usage,
         ).loop()  # fmt: skip
     finally:
         _isolation.remove_cgroups(made)

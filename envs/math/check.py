@@ -11,7 +11,9 @@ side of every chain that is a *value* verifies equal to the chain's last value s
 value, when it names something rather than states a value: no digits once subscripts and ``\\text{}`` are
 removed (``x``, ``f(x)``, ``m+n``, ``a_{10}``), or free variables while the reference has none (``x^2`` in
 ``x^2 = 4``). So ``x = 30``, ``f(x) = x^2+1``, ``2 \\cdot 15 = 30`` and ``30 = 30.0`` are accepted for 30 / x^2+1;
-``31 = 30``, ``a = 31 = 30``, ``29.9 \\approx 30`` are wrong. Every relation the chain splitter knows (its
+``31 = 30``, ``a = 31 = 30``, ``29.9 \\approx 30`` are wrong. Two further rules do not depend on spelling at all (`envkit.envs.math.relations`): the constant sides
+of every equation in math-verify's own parse must agree (``\\mathrm{31} = 30``, ``\\pi = 30``), and every value the
+answer writes must be read by the parser (``31 \\therefore 30`` parses as 30: wrong). Every relation the chain splitter knows (its
 tables in `envkit.envs.math.extract`, read after NFKC) counts as ``=`` here; the order relations (``<``,
 ``\\le``, ``\\ne``, ...) are not chains: math-verify keeps and compares them as relations. An unpaired ``|``
 (``31 | 30``, "divides") is wrong. (Sets, ``\\pm`` and "or" lists are already wrong
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envkit.envs.math.extract import relation_chains, unpaired_bar
+from envkit.envs.math.relations import constant_sides_agree, dropped_values
 from envkit.envs.verdict import Verdict
 
 
@@ -97,7 +100,8 @@ def _gold(gold: str) -> Any:
     return parsed
 
 
-_SUBSCRIPT_RE = re.compile(r"_\{[^{}]*\}|_\w|\\(?:text|mathrm|mathit|operatorname)\{[^{}]*\}")
+#: What a label may hide digits in: subscripts, and text wrappers WITHOUT digits (``\text{31}`` is 31).
+_SUBSCRIPT_RE = re.compile(r"_\{[^{}]*\}|_\w|\\(?:text|mathrm|mathit|operatorname)\{[^{}\d]*\}")
 
 
 def _free(parsed: Any) -> bool:
@@ -132,6 +136,12 @@ def _chains_hold(task: CheckTask, gold: Any) -> str:
     return ""
 
 
+def _equal(task: CheckTask) -> Callable[[Any, Any], bool]:
+    from math_verify import verify
+
+    return lambda a, b: bool(verify(a, b, float_rounding=task.float_rounding, timeout_seconds=None))
+
+
 def _math_verify(task: CheckTask) -> tuple[Verdict, str]:
     from math_verify import verify
 
@@ -146,7 +156,11 @@ def _math_verify(task: CheckTask) -> tuple[Verdict, str]:
     if ok and unpaired_bar(task.answer):
         return Verdict.WRONG, f"{detail}; but the answer has an unpaired '|' (write the value alone)"
     if ok:
-        why = _chains_hold(task, gold)
+        why = (
+            _chains_hold(task, gold)
+            or constant_sides_agree(pred, _equal(task))
+            or dropped_values(task.answer, _parse, _equal(task))
+        )
         if why:
             return Verdict.WRONG, f"{detail}; but {why}"
     return (Verdict.CORRECT if ok else Verdict.WRONG), detail

@@ -3,8 +3,9 @@
 - A planted trainer checkpoint (a pickle whose loading runs code) is refused on resume, and so is a ``latest``
   pointer that leads outside the run's ``checkpoints/``; the trainer's own checkpoints (safetensors + JSON)
   round-trip exactly (optimizer state with int keys, numpy arrays, tuples, RNG state) and resume still works.
-- A planted ALFWorld asset-cache pickle (world-writable, or owned by another user) is never unpickled: the env
-  rebuilds the entry and keeps serving.
+- A planted ALFWorld asset-cache pickle (world-writable, owned by another user, or private to this user but
+  without this install's HMAC tag, or another game's genuine entry renamed) is never unpickled: the env rebuilds
+  the entry and keeps serving.
 """
 
 from __future__ import annotations
@@ -138,6 +139,29 @@ def test_a_planted_alfworld_asset_cache_does_not_run(alfworld_data, tmp_path):
             with pytest.warns(RuntimeWarning, match="owned by uid 65534"):
                 obs, _ = env.reset(options={"game": 0})
             assert not marker.exists() and "Your task is to" in obs
+        # private to this user (0600, our uid), as code running as the trainer's user could plant it: no tag
+        pkl = _planted_entry(env, 0, marker)
+        os.chmod(pkl, 0o600)
+        assets_mod._ASSETS.clear()
+        with pytest.warns(RuntimeWarning, match="HMAC tag"):
+            obs, _ = env.reset(options={"game": 0})
+        assert not marker.exists() and "Your task is to" in obs
+        # a pickle behind a forged header and a guessed tag, and another game's genuine entry renamed
+        body = pickle.dumps(_Payload(marker))
+        pkl.write_bytes(assets_mod._MAGIC + hashlib.sha256(body).digest() + body)
+        assets_mod._ASSETS.clear()
+        with pytest.warns(RuntimeWarning, match="HMAC tag"):
+            env.reset(options={"game": 0})
+        assert not marker.exists()
+        if len(env.games) > 1:
+            env.reset(options={"game": 1})
+            other = [p for p in pkl.parent.glob("*.pkl") if p != pkl]
+            assert other
+            os.replace(other[0], pkl)
+            assets_mod._ASSETS.clear()
+            with pytest.warns(RuntimeWarning, match="HMAC tag"):
+                obs3, _ = env.reset(options={"game": 0})
+            assert obs3 == obs
         # the rebuilt entry is ours and is used: a fresh process-level cache loads it without warnings
         assets_mod._ASSETS.clear()
         obs2, _ = env.reset(options={"game": 0})

@@ -79,6 +79,19 @@ def info(srv: Any) -> dict[str, Any]:
         c.close()
 
 
+def settled_info(srv: Any, ready: Any, timeout: float = 10) -> dict[str, Any]:
+    """`info` once ``ready(info)`` holds (a closed session keeps its slot until its env has stopped, which
+    the server finishes after the client saw the close), or the last one after `timeout` s."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while True:
+        out = info(srv)
+        if ready(out) or time.monotonic() > deadline:
+            return out
+        time.sleep(0.05)
+
+
 def raw_socket(srv: Any, timeout: float = 10) -> socket.socket:
     return socket.create_connection(("127.0.0.1", srv.port), timeout)
 
@@ -97,5 +110,7 @@ def still_serves(srv: Any) -> None:
 
 @pytest.fixture
 def wire() -> types.SimpleNamespace:
-    """The raw-client helpers of this module: ``Http``, ``info``, ``raw_socket``, ``still_serves``."""
-    return types.SimpleNamespace(Http=Http, info=info, raw_socket=raw_socket, still_serves=still_serves)
+    """The raw-client helpers of this module: ``Http``, ``info``, ``settled_info``, ``raw_socket``, ``still_serves``."""
+    return types.SimpleNamespace(
+        Http=Http, info=info, settled_info=settled_info, raw_socket=raw_socket, still_serves=still_serves
+    )

@@ -1,5 +1,6 @@
 """No answer of envkit-serve carries a server path: ALFWorld's info["gamefile"] arrives relative to its root
-(``$ALFWORLD_DATA/...`` or ``$ENVKIT_CACHE/...``), and no string of any answer names a private root."""
+(``$ALFWORLD_DATA/...`` or ``$ENVKIT_CACHE/...``), ``/envkit/info``'s env kwargs likewise, and no string of any
+answer names a private root."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ def test_the_scrubber_replaces_private_roots_and_only_at_path_boundaries(tmp_pat
 def test_alfworld_answers_over_http_and_websocket_name_no_server_path(serve, wire, alfworld_data):
     from envkit.cache import cache_root
 
-    srv = serve("envkit/ALFWorld-v0", "--oracle")
+    srv = serve("envkit/ALFWorld-v0", "--oracle", "--env-kwarg", f"data_dir={alfworld_data}")
     # the server's private dirs, found independently of envkit.serve.paths
     roots = [str(alfworld_data), os.path.realpath(alfworld_data), str(cache_root()), os.path.realpath(cache_root()),
              str(Path(__file__).resolve().parents[3])]  # fmt: skip
@@ -54,7 +55,9 @@ def test_alfworld_answers_over_http_and_websocket_name_no_server_path(serve, wir
     with connect(srv.url.replace("http", "ws") + "/ws", open_timeout=30) as ws:
         ws.send(json.dumps({"type": "reset", "data": {"seed": 2}}))
         answers.append((200, json.loads(ws.recv(timeout=120))))
-    assert [a[0] for a in answers] == [200, 200, 200, 422, 200, 200]
+    answers.append((200, wire.info(srv)))  # its env kwargs name the data dir: scrubbed like every answer
+    assert answers[-1][1]["env_kwargs"]["data_dir"] == "$ALFWORLD_DATA"
+    assert [a[0] for a in answers] == [200, 200, 200, 422, 200, 200, 200]
     text = json.dumps(answers)
     assert not [r for r in roots if r in text], "a server path in an answer"
     assert text.count("$ALFWORLD_DATA/") + text.count("$ENVKIT_CACHE/") >= 4
