@@ -245,3 +245,57 @@ def podman_url(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unt
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+# ----- a multi-node Ray cluster simulated on this machine (tests marked ``cluster``: envkit.fleet) ------------------
+@pytest.fixture(scope="module")
+def fleet_cluster():
+    """A head (no env resource) and three CPU nodes advertising ``envkit_toy`` (2 units each), the last one also
+    ``envkit_shop``; the driver is connected. Fast node-failure detection (GCS health checks every 0.2 s) so a
+    removed node is declared dead within about a second. Costs ~10 s to start on 2 cores; shut down after the
+    module. Private temp dir and ports: never the default cluster."""
+    ray = pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    import socket
+    import tempfile
+
+    if ray.is_initialized():
+        ray.shutdown()
+    def free_ports(n: int) -> list[int]:
+        socks = [socket.socket() for _ in range(n)]
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        out = [s.getsockname()[1] for s in socks]
+        for s in socks:
+            s.close()
+        return out
+
+    def ports() -> dict[str, int]:
+        names = ("dashboard_agent_listen_port", "runtime_env_agent_port", "metrics_export_port", "metrics_agent_port")
+        return dict(zip(names, free_ports(len(names)), strict=True))
+    temp = tempfile.mkdtemp(prefix="rayfl", dir="/tmp")  # short: Ray's socket paths have a length limit
+    health = {
+        "health_check_initial_delay_ms": 0,
+        "health_check_period_ms": 200,
+        "health_check_timeout_ms": 200,
+        "health_check_failure_threshold": 3,
+    }
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "gcs_server_port": free_ports(1)[0], "temp_dir": temp,
+                        "include_dashboard": False, "_system_config": health, **ports()},
+    )  # fmt: skip
+    nodes = [
+        cluster.add_node(
+            num_cpus=1, resources={"envkit_toy": 2.0, **({"envkit_shop": 1.0} if i == 2 else {})}, **ports()
+        )
+        for i in range(3)
+    ]
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+    try:
+        yield cluster, nodes
+    finally:
+        ray.shutdown()
+        cluster.shutdown()

@@ -13,7 +13,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from envkit.errors import FleetActorLostError, ResetNeededError, SnapshotError
+from envkit.errors import FleetActorLostError, ResetNeededError, SessionLostError, SnapshotError
 from envkit.fleet.actor import restore_kind
 from envkit.fleet.client import Fleet, SessionRef, get_fleet
 from envkit.fleet.config import FleetConfig
@@ -50,10 +50,19 @@ class FleetEnv(gym.Env[str, str]):
             self._ref = None
             raise
 
+    def _fresh_call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A call that needs no episode state (reset, restore): a session the actor released is opened again."""
+        try:
+            return self._call(method, *args, **kwargs)
+        except SessionLostError:
+            assert self._ref is not None
+            self._ref = self.fleet.open(self.factory, slot=self._ref.slot)
+            return self._call(method, *args, **kwargs)
+
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         if self._ref is None or self.fleet.slot_of(self._ref.incarnation) is None:
             self._ref = self.fleet.open(self.factory)
-        out: tuple[Any, dict[str, Any]] = self._call("reset", seed=seed, options=options)
+        out: tuple[Any, dict[str, Any]] = self._fresh_call("reset", seed=seed, options=options)
         return out
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
@@ -78,7 +87,7 @@ class FleetEnv(gym.Env[str, str]):
                 self.fleet.close_session(self._ref)
             self._ref = None
             self._ref = self.fleet.open(self.factory, slot=holder.index)
-        obs, info, kind = self._call("call", restore_kind, snapshot)
+        obs, info, kind = self._fresh_call("call", restore_kind, snapshot)
         self.last_restore_kind = kind
         return obs, info
 

@@ -22,6 +22,7 @@ from envkit.core import Step, Trajectory, env_success, jsonable
 from envkit.credit.advantage_options import AdvantageOptions
 from envkit.credit.defaults import TERMINAL_REWARD
 from envkit.credit.sero import widen_options
+from envkit.fleet.config import FleetConfig
 from envkit.recorder import EpisodeRecorder
 from envkit.registration import env_facts, make
 from envkit.trainers.local.generation import sample
@@ -66,6 +67,10 @@ class AgentConfig:
     reuse_kv_cache: bool = True
     """Keep each live episode's KV cache between turns (`envkit.trainers.local.turn_cache`), so a turn feeds only the
     new observation instead of prefilling the whole context again."""
+    # --- where the envs run ---
+    fleet: FleetConfig | None = None
+    """Play the episodes in envs of a Ray env fleet (`envkit.fleet`, docs/fleet.md) instead of this process; SERO's
+    restores and branching's forks run on the actor holding the snapshot. The maths are the same."""
 
     def __post_init__(self) -> None:
         if (self.max_turns is not None and self.max_turns < 1) or self.max_context_tokens < 8:
@@ -216,10 +221,11 @@ class Episode:
 _ENV_CACHE: dict[str, list[Any]] = {}
 
 
-def _envs(env_id: str, n: int) -> list[Any]:
-    pool = _ENV_CACHE.setdefault(env_id, [])
+def _envs(env_id: str, n: int, fleet: FleetConfig | None = None) -> list[Any]:
+    """The first `n` envs of this process's envs of `env_id` (on `fleet`'s actors when given), made on demand."""
+    pool = _ENV_CACHE.setdefault(env_id if fleet is None else f"{env_id}@{fleet!r}", [])
     while len(pool) < n:
-        pool.append(make(env_id).unwrapped)
+        pool.append(make(env_id).unwrapped if fleet is None else make(env_id, fleet=fleet))
     return pool[:n]
 
 
@@ -296,7 +302,7 @@ def play_specs(
         raise ValueError("play: agent.max_turns is None; resolve the settings with cfg.for_env(env_id) first")
     if started is not None and len(started) != len(specs):
         raise ValueError(f"play_specs: {len(started)} started episodes for {len(specs)} specs; give one per spec")
-    envs = _envs(env_id, env_offset + len(specs))[env_offset:] if started is None else []
+    envs = _envs(env_id, env_offset + len(specs), cfg.fleet)[env_offset:] if started is None else []
     episodes = [] if started is None else list(started)
     for spec, env in zip(specs if started is None else [], envs, strict=True):
         obs, info0 = env.reset(seed=int(spec.seed))
