@@ -13,7 +13,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from envkit.errors import FleetActorLostError, ResetNeededError, SessionLostError, SnapshotError
+from envkit.errors import FleetActorLostError, ResetNeededError, SessionLostError, SnapshotError, SnapshotLostError
 from envkit.fleet.actor import restore_kind
 from envkit.fleet.client import Fleet, SessionRef, get_fleet
 from envkit.fleet.config import FleetConfig
@@ -81,12 +81,7 @@ class FleetEnv(gym.Env[str, str]):
     def restore(self, snapshot: Any) -> tuple[Any, dict[str, Any]]:
         if not isinstance(snapshot, FleetSnapshot):
             raise SnapshotError(f"a FleetEnv restores FleetSnapshot handles, got {type(snapshot).__name__}")
-        holder = self.fleet.holder(snapshot)  # SnapshotLostError when its actor is gone
-        if self._ref is None or self._ref.incarnation != holder.incarnation:
-            if self._ref is not None:
-                self.fleet.close_session(self._ref)
-            self._ref = None
-            self._ref = self.fleet.open(self.factory, slot=holder.index)
+        self._move_to(self.fleet.holder(snapshot))  # SnapshotLostError when its actor is gone
         obs, info, kind = self._fresh_call("call", restore_kind, snapshot)
         self.last_restore_kind = kind
         return obs, info
@@ -98,6 +93,26 @@ class FleetEnv(gym.Env[str, str]):
     def call(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         """Run ``fn(env, *args, **kwargs)`` in the actor, on this env (a picklable module-level function)."""
         return self._call("call", fn, *args, **kwargs)
+
+    def call_at(self, snapshot: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        """`call` on the actor holding `snapshot` (this env's session moves there first), so that a function that
+        restores it (SERO's restore + oracle continuation) runs where it lives; where that actor is gone, on this
+        env's own actor (where the restore fails with the reason, and a caller may replay instead)."""
+        if isinstance(snapshot, FleetSnapshot):
+            try:
+                self._move_to(self.fleet.holder(snapshot))
+            except SnapshotLostError:
+                pass
+        if self._ref is None or self.fleet.slot_of(self._ref.incarnation) is None:
+            self._ref = self.fleet.open(self.factory)
+        return self._fresh_call("call", fn, *args, **kwargs)
+
+    def _move_to(self, holder: Any) -> None:
+        if self._ref is None or self._ref.incarnation != holder.incarnation:
+            if self._ref is not None:
+                self.fleet.close_session(self._ref)
+            self._ref = None
+            self._ref = self.fleet.open(self.factory, slot=holder.index)
 
     def close(self) -> None:
         if self._ref is not None and self.fleet.slots:
