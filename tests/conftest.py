@@ -318,4 +318,7 @@ def fleet_cluster(_ray_cluster):
     try:
         yield cluster, nodes
     finally:
+        from envkit.fleet.client import close_fleets
+
+        close_fleets()  # the fleets envs of this module started (trainers' envs share them)
         ray.shutdown()

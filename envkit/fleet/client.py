@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import atexit
 import threading
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -266,18 +265,11 @@ def get_fleet(cfg: FleetConfig | dict[str, Any] | str) -> Fleet:
 
 
 @atexit.register
-def _close_all() -> None:
+def close_fleets() -> None:
+    """Close every fleet `get_fleet` started in this process (at exit, or before disconnecting from Ray)."""
     for fleet in list(_FLEETS.values()):
         try:
             fleet.close()
-        except Exception:
+        except Exception:  # best effort: Ray may be down already
             pass
-
-
-def wait_for(predicate: Any, timeout: float, what: str) -> None:
-    """Poll `predicate()` until true (tests and the bench wait for Ray to notice a lost node)."""
-    t0 = time.monotonic()
-    while not predicate():
-        if time.monotonic() - t0 > timeout:
-            raise TimeoutError(f"{what} did not happen within {timeout}s")
-        time.sleep(0.1)
+    _FLEETS.clear()

@@ -28,13 +28,18 @@ class FleetEnv(gym.Env[str, str]):
     def __init__(self, env_id: str, fleet: Fleet | FleetConfig | dict[str, Any] | str, **kwargs: Any):
         self.env_id = env_id
         self.factory = EnvFactory(env_id, kwargs)
-        self.fleet = fleet if isinstance(fleet, Fleet) else get_fleet(fleet)
+        self._fleet = fleet if isinstance(fleet, Fleet) else FleetConfig.coerce(fleet)
         self._ref: SessionRef | None = self.fleet.open(self.factory)
         md = self._call("metadata")
         self.metadata = {**md, "fleet": self.fleet.fleet_id}
         self.action_space = FreeText()
         self.observation_space = FreeText()
         self.last_restore_kind = ""
+
+    @property
+    def fleet(self) -> Fleet:
+        """The fleet this env runs on (for a config: this process's `get_fleet`, started again after a close)."""
+        return self._fleet if isinstance(self._fleet, Fleet) else get_fleet(self._fleet)
 
     @property
     def session(self) -> SessionRef | None:
