@@ -172,7 +172,8 @@ class EnvHost:
             )
         loop = asyncio.get_running_loop()
         async with session.lock:
-            return await loop.run_in_executor(self._threads, dispatch, _HeldEnv(self, session), method, args, kwargs)
+            env: Any = _HeldEnv(self, session)  # an env as `dispatch` sees it
+            return await loop.run_in_executor(self._threads, dispatch, env, method, args, kwargs)
 
     async def discard(self, owner: str, handle: FleetSnapshot) -> bool:
         """Discard one snapshot held here (False: it was gone already)."""

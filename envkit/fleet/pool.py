@@ -49,7 +49,7 @@ class FleetPool(EnvPool):
                 if method == "restore" and args and isinstance(args[0], FleetSnapshot):
                     self._move_to(idx, self.fleet.holder(args[0]).index)  # restore where the snapshot lives
                 sent.append(self.fleet.submit(self.refs[idx], method, tuple(args), dict(kwargs)))
-            except Exception as exc:  # noqa: BLE001  (answered below, in request order)
+            except Exception as exc:  # answered below, in request order
                 sent.append(exc)
         out: list[Result] = []
         for (idx, method, _a, _k), sub in zip(requests, sent, strict=True):

@@ -63,7 +63,7 @@ def test_actors_are_placed_on_the_nodes_with_their_resource(fleet_cluster):
         assert placed <= toy_nodes and cluster.head_node.node_id not in placed
     with Fleet(FleetConfig(actors=1, resource="envkit_shop", num_cpus=0)) as fleet:
         assert [i["node_id"] for i in fleet.info()] == [nodes[2].node_id]  # the only node advertising it
-    with pytest.raises(EnvkitError, match="envkit_nope.*ray start"):
+    with pytest.raises(EnvkitError, match=r"envkit_nope.*ray start"):
         Fleet(FleetConfig(resource="envkit_nope"))
 
 
