@@ -146,6 +146,18 @@ class Fleet:
             raise
         return SessionRef(target.index, target.incarnation, sid)
 
+    def open_many(self, factory: EnvFactory, n: int, *, slot: int) -> list[SessionRef]:
+        """Open `n` sessions of `factory` on actor `slot` in one round trip."""
+        target = self.slots[slot]
+        with self._lock:
+            target.sessions += n
+        try:
+            sids = self._get(target, target.handle.open.remote(self.owner, factory, n), "open")
+        except BaseException:
+            target.sessions -= n
+            raise
+        return [SessionRef(target.index, target.incarnation, sid) for sid in sids]
+
     def close_session(self, ref: SessionRef) -> None:
         slot = self.slot_of(ref.incarnation)
         if slot is None:

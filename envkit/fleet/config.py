@@ -34,8 +34,6 @@ class FleetConfig:
     """Longest wait for one env call; a call that takes longer fails as a lost actor."""
     address: str | None = None
     """Ray cluster to join when Ray is not initialised yet (None: ``RAY_ADDRESS``, else a local Ray)."""
-    namespace: str = "envkit-fleet"
-    """Ray namespace of the fleet's actors."""
     ray_init: dict[str, Any] = field(default_factory=dict)
     """Extra ``ray.init`` arguments when this client starts or joins Ray itself."""
 

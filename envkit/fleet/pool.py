@@ -39,7 +39,10 @@ class FleetPool(EnvPool):
         self.factory = factory
         self.size = size
         self.restarts = 0
-        self.refs: list[SessionRef] = [self.fleet.open(factory) for _ in range(size)]
+        n = self.fleet.cfg.actors
+        per = [size // n + (i < size % n) for i in range(n)]  # spread evenly, one round trip per actor
+        opened = [self.fleet.open_many(factory, k, slot=i) if k else [] for i, k in enumerate(per)]
+        self.refs: list[SessionRef] = [opened[i % n][i // n] for i in range(size)]  # neighbours on different actors
 
     def call_many(self, requests: Sequence[Request]) -> list[Result]:
         self._check(requests, self.size)

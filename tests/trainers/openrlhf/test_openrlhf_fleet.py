@@ -1,7 +1,7 @@
 """``envkit-train openrlhf --fleet.*``: the agent executor plays its episodes in envs of an env fleet on other
 (simulated) nodes instead of building them in the rollout actor; a SERO group gives the same rows as in-process,
 its roots restored and continued on the actor holding their snapshots, which are released with the group.
-Marked ``cluster``: a few seconds of Toy env work plus the cluster (tests/conftest.py)."""
+The executor test is marked ``cluster``: a few seconds of Toy env work plus the cluster (tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from types import SimpleNamespace
 
 import pytest
 
-pytestmark = pytest.mark.cluster
 LABEL = json.dumps({"seed": 0, "options": {"goal": 2, "length": 4}})
 
 
@@ -63,6 +62,7 @@ def _rows(out):
     ]  # fmt: skip
 
 
+@pytest.mark.cluster
 def test_executor_plays_on_fleet_nodes_with_the_in_process_rows(fleet_cluster, tokenizer):
     from envkit.fleet.client import get_fleet
     from envkit.fleet.config import FleetConfig
@@ -82,3 +82,13 @@ def test_executor_plays_on_fleet_nodes_with_the_in_process_rows(fleet_cluster, t
     assert sum(i["snapshots"] for i in fleet.info()) == 0 and not ex._episodes  # released with the group
     # the option travels through the backend's config (the rollout actors read it from their environment)
     assert BackendConfig.from_json(BackendConfig(env_id="x", fleet=fleet_cfg).to_json()).fleet == fleet_cfg
+
+
+def test_any_fleet_option_puts_the_episodes_on_a_fleet():
+    from envkit.fleet.config import FleetConfig
+    from envkit.trainers.openrlhf.entry import build_config
+
+    flags = ["--rollout.n_samples_per_prompt", "4"]
+    assert build_config(["--env", "envkit/Toy-v0"], flags).backend.fleet is None  # envs in the rollout actors
+    got = build_config(["--env", "envkit/Toy-v0", "--fleet.resource", "envkit_toy", "--fleet.actors", "3"], flags)
+    assert got.backend.fleet == FleetConfig(actors=3, resource="envkit_toy")
