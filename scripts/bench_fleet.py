@@ -67,7 +67,14 @@ def start_cluster(nodes: int) -> Any:
                         **_node_ports()},
     )  # fmt: skip
     for _ in range(nodes):
-        cluster.add_node(num_cpus=1, resources={RESOURCE: 16.0}, **_node_ports())
+        for attempt in range(3):  # a raylet gets 30 s to register; on a loaded machine that may not be enough
+            try:
+                cluster.add_node(num_cpus=1, resources={RESOURCE: 16.0}, **_node_ports())
+                break
+            except Exception:
+                if attempt == 2:
+                    cluster.shutdown()
+                    raise
     cluster.wait_for_nodes()
     return cluster
 
