@@ -55,8 +55,7 @@ class Fleet:
         self.cfg = cfg
         self._owns_ray = not ray.is_initialized()
         if self._owns_ray:
-            init = {"include_dashboard": False, "log_to_driver": False, "address": cfg.address, **cfg.ray_init}
-            ray.init(**init)
+            ray.init(address=cfg.address, include_dashboard=False, log_to_driver=False)
         self.owner = uuid.uuid4().hex[:12]
         self.fleet_id = f"fleet-{self.owner}"
         self._check_resource()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -34,8 +34,6 @@ class FleetConfig:
     """Longest wait for one env call; a call that takes longer fails as a lost actor."""
     address: str | None = None
     """Ray cluster to join when Ray is not initialised yet (None: ``RAY_ADDRESS``, else a local Ray)."""
-    ray_init: dict[str, Any] = field(default_factory=dict)
-    """Extra ``ray.init`` arguments when this client starts or joins Ray itself."""
 
     def __post_init__(self) -> None:
         if self.actors < 1 or self.sessions_per_actor < 1 or self.threads < 1:
