@@ -58,13 +58,28 @@ def _node_ports() -> dict[str, int]:
 
 
 def start_cluster(nodes: int) -> Any:
+    temp = tempfile.mkdtemp(prefix="raybf", dir="/tmp")
+    # Ray's control plane (GCS, raylets, agents: light) starts at normal priority, so that a raylet registers within
+    # Ray's fixed 30 s on a loaded machine; the env actors (the work) run at niceness 15 (`worker_niceness`), and
+    # this driver goes back to the niceness it was started with.
+    niceness = os.getpriority(os.PRIO_PROCESS, 0)
+    try:
+        os.setpriority(os.PRIO_PROCESS, 0, 0)
+    except PermissionError:  # not root: everything stays niced
+        pass
+    try:
+        return _cluster(nodes, temp)
+    finally:
+        os.setpriority(os.PRIO_PROCESS, 0, niceness)
+
+
+def _cluster(nodes: int, temp: str) -> Any:
     from ray.cluster_utils import Cluster
 
-    temp = tempfile.mkdtemp(prefix="raybf", dir="/tmp")
     cluster = Cluster(
         initialize_head=True,
         head_node_args={"num_cpus": 0, "gcs_server_port": _ports(1)[0], "temp_dir": temp, "include_dashboard": False,
-                        **_node_ports()},
+                        "_system_config": {"worker_niceness": 15}, **_node_ports()},
     )  # fmt: skip
     for _ in range(nodes):
         for attempt in range(3):  # a raylet gets 30 s to register; on a loaded machine that may not be enough
@@ -214,8 +229,12 @@ def main() -> None:
         cluster.shutdown()
     out = {
         "what": "env fleet (Ray actors on simulated CPU nodes) vs in-process envs; all nodes share this machine",
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "ray": ray.__version__,
-                    "load_avg_1m_at_start": round(os.getloadavg()[0], 1)},  # fmt: skip
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "ray": ray.__version__,
+            "load_avg_1m_at_end": round(os.getloadavg()[0], 1),
+        },
         "nodes": a.nodes,
         "settings": vars(a),
         "envs": per_env,

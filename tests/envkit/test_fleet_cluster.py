@@ -1,6 +1,6 @@
 """The env fleet on a 4-node Ray cluster simulated on this machine (`fleet_cluster` in tests/conftest.py): placement
-by custom resource, restore on the holding actor, an actor killed and a node lost in the middle of a rollout, lease
-expiry. Marked ``cluster`` (CI runs it): ~10 s to start the cluster, a few seconds of Toy env work per test.
+by custom resource, restore on the holding actor, an actor killed (episodes ended with the reason, or retried from
+reset) and a node lost in the middle of a rollout, lease expiry. Marked ``cluster`` (CI runs it): ~10 s to start the cluster, a few seconds of Toy env work per test.
 
 The node-loss test removes a node of the module's cluster, so it runs last.
 """
@@ -115,6 +115,16 @@ def test_an_actor_killed_mid_run_costs_only_its_episodes(fleet_cluster):
             res = pool.call(0, "restore", lost[0])
             assert not res.ok and "SnapshotLostError" in res.error
         assert fleet.replaced == 1 and len(fleet.info()) == 2  # capacity replaced
+
+
+def test_a_caller_that_allows_retries_gets_every_episode_from_reset_after_an_actor_kill(fleet_cluster):
+    ref = reference()
+    with Fleet(toy_fleet()) as fleet, FleetPool(TOY, 4, fleet=fleet) as pool:
+        policy = Interrupting(3, lambda: ray.kill(fleet.slots[1].handle, no_restart=True))
+        trajs = rollout(policy, pool, TASKS, max_steps=10, retries=1)
+        assert pool.restarts >= 1 and not any(t.failed for t in trajs)
+        assert [t.task_id for t in trajs] == [t.task_id for t in ref]
+        assert all(same_episode(t, r) for t, r in zip(trajs, ref, strict=True))  # replayed from reset, same seeds
 
 
 def test_an_owner_that_stops_renewing_loses_its_snapshots_at_lease_expiry(fleet_cluster):
