@@ -75,6 +75,20 @@ class ServerCapacityError(EnvkitError, RuntimeError):
     """An env server already holds its maximum number of sessions (``envkit-serve --max-sessions``, HTTP 503)."""
 
 
+class SnapshotLostError(SnapshotError):
+    """A snapshot lived in an env-fleet actor that is gone (the actor or its node died, or its owner's lease
+    expired): it can no longer be restored. Start that branch again from reset or by verified replay."""
+
+
+class FleetActorLostError(WorkerCrashedError):
+    """An env-fleet actor died (process killed, node lost) while serving this env's call; its sessions and
+    snapshots are gone and the fleet replaces it. Reset the env to start a new episode on a live actor."""
+
+
+class FleetCapacityError(EnvkitError, RuntimeError):
+    """Every actor of an env fleet holds its maximum number of sessions (`FleetConfig.sessions_per_actor`)."""
+
+
 def require(module: str, extra: str, *, what: str | None = None) -> ModuleType:
     """Import an optional dependency or raise `MissingExtraError` naming the `pip install` that fixes it.
 

@@ -360,7 +360,10 @@ BACKENDS: dict[str, type[EnvPool]] = {"inprocess": InProcessPool, "subprocess": 
 
 
 def make_pool(factory: EnvFactory, size: int = 1, backend: str = "subprocess", **kwargs: Any) -> EnvPool:
-    """Build a pool; `backend` is one of ``inprocess``, ``subprocess``, ``ray``, ``remote``.
+    """Build a pool; `backend` is one of ``inprocess``, ``subprocess``, ``ray``, ``fleet``, ``remote``.
+
+    ``fleet``: sessions on a Ray env fleet (`envkit.fleet.pool.FleetPool`; ``fleet=`` a `FleetConfig`, a running
+    `Fleet`, a dict of its fields or a resource name).
 
     A factory with ``remote=URL`` in its kwargs (envs on an ``envkit-serve`` server) always gets the ``remote``
     backend: `envkit.remote.RemotePool`, one session and one thread per worker.
@@ -371,8 +374,12 @@ def make_pool(factory: EnvFactory, size: int = 1, backend: str = "subprocess", *
         if "remote" not in factory.kwargs:
             raise ValueError("the remote backend needs the server's URL: EnvFactory(env_id, {'remote': URL})")
         return RemotePool(factory, size)
+    if backend == "fleet":
+        from envkit.fleet.pool import FleetPool
+
+        return FleetPool(factory, size, **kwargs)
     if backend not in BACKENDS:
-        raise ValueError(f"unknown pool backend {backend!r}; choose one of {', '.join(BACKENDS)}, remote")
+        raise ValueError(f"unknown pool backend {backend!r}; choose one of {', '.join(BACKENDS)}, fleet, remote")
     cls: Any = BACKENDS[backend]
     pool: EnvPool = cls(factory, size, **kwargs)
     return pool

@@ -196,8 +196,10 @@ def suggest(env_id: str) -> str | None:
     return lowered[close[0]] if close else None
 
 
-def make(env_id: str, *, remote: str | None = None, **kwargs: Any) -> gym.Env[Any, Any]:
-    """`gymnasium.make` with a helpful error for unknown ids; ``remote=URL``: a session on an env server.
+def make(env_id: str, *, remote: str | None = None, fleet: Any = None, **kwargs: Any) -> gym.Env[Any, Any]:
+    """`gymnasium.make` with a helpful error for unknown ids; ``remote=URL``: a session on an env server;
+    ``fleet=``: a session on a Ray env fleet (`envkit.fleet.env.FleetEnv`; a `FleetConfig`, a dict of its fields
+    or a resource name; docs/fleet.md).
 
     With ``remote="http://host:port"`` (or ``ws://``) the env runs in an ``envkit-serve`` server and this returns
     an `envkit.remote.RemoteEnv`, itself a snapshot env (other keyword arguments: see `RemoteEnv`).
@@ -212,6 +214,10 @@ def make(env_id: str, *, remote: str | None = None, **kwargs: Any) -> gym.Env[An
         from envkit.remote.client import RemoteEnv
 
         return RemoteEnv(env_id, remote, **kwargs)
+    if fleet is not None:
+        from envkit.fleet.env import FleetEnv
+
+        return FleetEnv(env_id, fleet, **kwargs)
     register_envs()
     if env_id not in gym.registry:
         hint = suggest(env_id)

@@ -57,6 +57,7 @@ def rollout(
     max_steps: int = 1000,
     record_snapshots: bool = True,
     progress: bool = False,
+    retries: int = 0,
 ) -> list[Trajectory]:
     """Run one episode per task; returns trajectories in task order.
 
@@ -69,6 +70,10 @@ def rollout(
         record_snapshots: Snapshot before every step (roots for SERO) and, when `max_steps` cut an episode the env
             had not ended, of its final state (`envkit.recorder`'s rule); a failed final snapshot fails the episode.
         progress: Show a progress bar.
+        retries: An episode whose worker crashed (``Result.crashed``: a dead worker process, a lost fleet actor or
+            node) starts again from reset up to this many times (its partial record is dropped; it held nothing
+            that survived the worker); afterwards, or with 0, it ends ``failed`` with the reason. Env errors are
+            never retried.
     """
     env_id = env_id or getattr(getattr(pool, "factory", None), "env_id", "")
     results: list[Trajectory | None] = [None] * len(tasks)
@@ -80,6 +85,18 @@ def rollout(
         from tqdm import tqdm
 
         bar = tqdm(total=len(tasks), desc="rollouts", unit="ep")
+
+    tries = [0] * len(tasks)
+
+    def crashed(w: int, ep: _Episode, res: Result) -> bool:
+        """Requeue `ep` from reset when its worker crashed and retries are left (True: requeued)."""
+        if not res.crashed or tries[ep.index] >= retries:
+            return False
+        tries[ep.index] += 1
+        queue.appendleft(ep.index)
+        del active[w]
+        free.append(w)
+        return True
 
     def finish(w: int, ep: _Episode, failed: str = "", final_snapshot: Any = None) -> None:
         rec = ep.rec or EpisodeRecorder("", {}, snapshots=False)  # a reset that failed: nothing was recorded
@@ -102,7 +119,8 @@ def rollout(
         for (w, *_), res in zip(starts, pool.call_many(starts), strict=True):
             ep = active[w]
             if not res.ok:
-                finish(w, ep, failed=res.error)
+                if not crashed(w, ep, res):
+                    finish(w, ep, failed=res.error)
                 continue
             ep.rec = EpisodeRecorder(*res.value, snapshots=record_snapshots)
         if not active:
@@ -122,7 +140,8 @@ def rollout(
         ends = []
         for w, rec, action, res in zip(workers, recs, actions, answers, strict=True):
             if not res.ok:
-                finish(w, active[w], failed=res.error)
+                if not crashed(w, active[w], res):
+                    finish(w, active[w], failed=res.error)
                 continue
             snap, out = res.value if record_snapshots else (None, res.value)
             rec.step(snap, action, *out)

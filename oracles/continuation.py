@@ -151,7 +151,15 @@ def _restore(env: gym.Env[Any, Any], job: ContinuationJob) -> tuple[str, Any, di
 
 
 def continue_from_root(env: gym.Env[Any, Any], job: ContinuationJob) -> ContinuationOutcome:
-    """Restore `job.root` in `env` and let the env's oracle continue (run it in a worker: pool ``call``)."""
+    """Restore `job.root` in `env` and let the env's oracle continue (run it in a worker: pool ``call``).
+
+    An env of an env fleet (`envkit.fleet.env.FleetEnv`, which has ``call_at``) runs all of it on the fleet actor
+    holding the root's snapshot, where the oracle reads the live env's privileged state.
+    """
+    on_actor = getattr(env, "call_at", None)
+    if callable(on_actor):
+        outcome: ContinuationOutcome = on_actor(job.root.snapshot, continue_from_root, job)
+        return outcome
     root = _bare(job.root)
     t0 = time.perf_counter()
     try:

@@ -253,12 +253,13 @@ def run(
         try:
             policy = policy or make_policy(cfg.policy, seed=cfg.seed, device=cfg.device)
             scorer = scorer or (make_scorer(cfg.scorer, device=cfg.device) if cfg.sero.roots_per_group else None)
-            pool_cm = make_pool(EnvFactory(cfg.env_id, dict(cfg.env_kwargs)), cfg.workers, cfg.backend)
+            where = {"fleet": cfg.fleet} if cfg.backend == "fleet" else {}
+            pool_cm = make_pool(EnvFactory(cfg.env_id, dict(cfg.env_kwargs)), cfg.workers, cfg.backend, **where)
             with pool_cm as raw_pool:
                 md = raw_pool.call(0, "metadata").value or {}
                 cap = capability_from_metadata(md)
                 pool = OwnerTrackingPool(raw_pool)  # roots go to the worker that made them
-                snaps = cfg.backend == "inprocess" or cap.picklable
+                snaps = cfg.backend in ("inprocess", "fleet") or cap.picklable  # fleet: handles, held in the actors
                 for c in range(0, len(pending), per_chunk):
                     idx = pending[c : c + per_chunk]
                     t0 = time.perf_counter()
@@ -278,7 +279,7 @@ def run(
                     bar.phase("restoring + oracle on the roots")
                     per_task = continue_roots(pool, cfg.env_id, sero, idx, groups)
                     # snapshots that hold resources (SWE layers, ALFWorld registries) are released where they live
-                    counts["snapshots_released"] += pool.release(discard=cap.holds_resources)
+                    counts["snapshots_released"] += pool.release(discard=cap.holds_resources or cfg.backend == "fleet")
                     t2 = time.perf_counter()
                     outs = [o for part in per_task for o in part]
                     bare = [[t.without_snapshots() for t in g] for g in groups]

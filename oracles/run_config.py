@@ -24,6 +24,7 @@ import tyro
 
 from envkit.credit.sero import SeroConfig, SeroOptions, widen_options
 from envkit.credit.state_keys import StateKeyKind
+from envkit.fleet.config import FleetConfig
 from envkit.registration import ENVS, EnvEntry, env_facts
 from envkit.runtime.command_line import key_values
 from envkit.runtime.models import DEVICE
@@ -106,9 +107,12 @@ class RunConfig:
     # --- where it runs and where it goes ---
     workers: int = 2
     """Env pool size (parallel envs)."""
-    backend: Literal["inprocess", "subprocess", "ray", "remote"] = "subprocess"
+    backend: Literal["inprocess", "subprocess", "ray", "fleet", "remote"] = "subprocess"
     """Env pool backend (``remote``: envs on an ``envkit-serve`` server, set ``--env-kwarg remote=URL``; that URL
-    always uses the remote pool)."""
+    always uses the remote pool; ``fleet``: sessions on a Ray env fleet sized and placed by ``--fleet.*``,
+    docs/fleet.md)."""
+    fleet: FleetConfig = field(default_factory=FleetConfig)
+    """The env fleet of ``--backend fleet`` (actors, sessions per actor, the custom resource its nodes advertise)."""
     chunk_tasks: int | None = None
     """Tasks rolled out together (None: max(ceil(workers / group), ceil(workers / roots)), which keeps every worker
     busy in both phases and each worker on one task, so instance-bound native snapshots such as ALFWorld's restore
@@ -124,8 +128,8 @@ class RunConfig:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
         if self.chunk_tasks is not None and self.chunk_tasks < 1:
             raise ValueError(f"--chunk-tasks must be >= 1 (or unset), got {self.chunk_tasks}")
-        if self.backend not in ("inprocess", "subprocess", "ray", "remote"):
-            raise ValueError(f"--backend must be inprocess, subprocess, ray or remote, got {self.backend!r}")
+        if self.backend not in ("inprocess", "subprocess", "ray", "fleet", "remote"):
+            raise ValueError(f"--backend must be inprocess, subprocess, ray, fleet or remote, got {self.backend!r}")
         if not str(self.out).endswith((".parquet", ".jsonl")):
             raise ValueError(f"--out must end in .parquet or .jsonl, got {self.out!r}")
         object.__setattr__(self, "sero", widen_options(self.sero, OracleSeroOptions, "RunConfig.sero"))
@@ -158,7 +162,7 @@ class RunConfig:
         Flat keys (``roots``, ``p_floor``, ...), as journals have always stored them, so older runs resume.
         """
         d = dataclasses.asdict(self)
-        for k in ("out", "workers", "backend", "tasks", "progress", "device", "chunk_tasks", "sero"):
+        for k in ("out", "workers", "backend", "fleet", "tasks", "progress", "device", "chunk_tasks", "sero"):
             d.pop(k)
         if d["state_key"] is None:
             d.pop("state_key")  # journals from before state keys resume

@@ -263,3 +263,80 @@ def podman_url(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-unt
     finally:
         proc.terminate()
         proc.wait(timeout=30)
+
+
+# ----- a multi-node Ray cluster simulated on this machine (tests marked ``cluster``: envkit.fleet) ------------------
+def _free_ports(n: int) -> list[int]:
+    import socket
+
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    out = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return out
+
+
+def _node_ports() -> dict[str, int]:
+    names = ("dashboard_agent_listen_port", "runtime_env_agent_port", "metrics_export_port", "metrics_agent_port")
+    return dict(zip(names, _free_ports(len(names)), strict=True))
+
+
+def _add_cpu_node(cluster, i: int):
+    """A CPU node advertising ``envkit_toy`` (2 units); node 2 also ``envkit_shop``."""
+    return cluster.add_node(
+        num_cpus=1, resources={"envkit_toy": 2.0, **({"envkit_shop": 1.0} if i == 2 else {})}, **_node_ports()
+    )
+
+
+@pytest.fixture(scope="session")
+def _ray_cluster():
+    """The processes of the simulated cluster, started once per test session (~35 s on 2 busy cores), stopped at
+    its end: a head (no env resource) and three CPU nodes; private temp dir and ports, never the default cluster.
+    GCS health checks every 0.2 s, so a removed node is declared dead within about a second."""
+    import tempfile
+
+    pytest.importorskip("ray")
+    from ray.cluster_utils import Cluster
+
+    temp = tempfile.mkdtemp(prefix="rayfl", dir="/tmp")  # short: Ray's socket paths have a length limit
+    health = {
+        "health_check_initial_delay_ms": 0,
+        "health_check_period_ms": 200,
+        "health_check_timeout_ms": 200,
+        "health_check_failure_threshold": 3,
+    }
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "gcs_server_port": _free_ports(1)[0], "temp_dir": temp,
+                        "include_dashboard": False, "_system_config": health, **_node_ports()},
+    )  # fmt: skip
+    nodes = [_add_cpu_node(cluster, i) for i in range(3)]
+    cluster.wait_for_nodes()
+    try:
+        yield cluster, nodes
+    finally:
+        cluster.shutdown()
+
+
+@pytest.fixture(scope="module")
+def fleet_cluster(_ray_cluster):
+    """The simulated cluster with this module's driver connected (a node a test removed is replaced first)."""
+    import ray
+
+    cluster, nodes = _ray_cluster
+    for i, node in enumerate(nodes):
+        if node not in cluster.worker_nodes:
+            nodes[i] = _add_cpu_node(cluster, i)
+    cluster.wait_for_nodes()
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(address=cluster.address, include_dashboard=False, log_to_driver=False)
+    try:
+        yield cluster, nodes
+    finally:
+        from envkit.fleet.client import close_fleets
+
+        close_fleets()  # the fleets envs of this module started (trainers' envs share them)
+        ray.shutdown()

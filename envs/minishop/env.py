@@ -87,7 +87,7 @@ class MiniShopEnv(SnapshotEnvBase):
         self._feedback = ""
 
     def state_settings(self) -> dict[str, Any]:
-        return {"split": self.split, "max_steps": self.max_steps, "readable": self.readable, "rotations": len(self.tasks)}
+        return {"split": self.split, "max_steps": self.max_steps, "readable": self.readable, "tasks": len(self.tasks)}
 
     # ----- state, read by the oracle ---------------------------------------------------------------------
     @property

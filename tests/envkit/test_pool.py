@@ -65,6 +65,17 @@ def test_crashed_worker_is_restarted_and_episode_reported_failed():
     assert all(t.success for t in again)
 
 
+@pytest.mark.slow
+def test_a_crashed_episode_is_retried_from_reset_as_often_as_the_caller_allows():
+    factory = EnvFactory("envkit/Toy-v0", {"allow_crash": True})
+    with make_pool(factory, size=2, backend="subprocess") as pool:
+        trajs = rollout(ScriptedPolicy(_crash_on_t1), pool, TASKS, retries=1)
+        assert pool.restarts == 2  # type: ignore[attr-defined]  # t1 crashes again on its retry
+    assert [t.task_id for t in trajs] == [t.task_id for t in TASKS]  # once each
+    assert [t.task_id for t in trajs if t.failed] == ["t1"] and "died" in (trajs[1].error or "")
+    assert all(t.success for t in trajs if t.task_id != "t1")
+
+
 def oracle_action_input(x: PolicyInput) -> str:
     return oracle_action(x.observation)
 

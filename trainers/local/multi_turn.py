@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from envkit.core import Step, Trajectory, env_success, jsonable
+from envkit.fleet.config import FleetConfig
 from envkit.recorder import EpisodeRecorder
 from envkit.registration import make
 from envkit.trainers.local.generation import sample
@@ -139,10 +140,11 @@ class Episode:
 _ENV_CACHE: dict[str, list[Any]] = {}
 
 
-def _envs(env_id: str, n: int) -> list[Any]:
-    pool = _ENV_CACHE.setdefault(env_id, [])
+def _envs(env_id: str, n: int, fleet: FleetConfig | None = None) -> list[Any]:
+    """The first `n` envs of this process's envs of `env_id` (on `fleet`'s actors when given), made on demand."""
+    pool = _ENV_CACHE.setdefault(env_id if fleet is None else f"{env_id}@{fleet!r}", [])
     while len(pool) < n:
-        pool.append(make(env_id).unwrapped)
+        pool.append(make(env_id).unwrapped if fleet is None else make(env_id, fleet=fleet))
     return pool[:n]
 
 
@@ -219,7 +221,7 @@ def play_specs(
         raise ValueError("play: agent.max_turns is None; resolve the settings with cfg.for_env(env_id) first")
     if started is not None and len(started) != len(specs):
         raise ValueError(f"play_specs: {len(started)} started episodes for {len(specs)} specs; give one per spec")
-    envs = _envs(env_id, env_offset + len(specs))[env_offset:] if started is None else []
+    envs = _envs(env_id, env_offset + len(specs), cfg.fleet)[env_offset:] if started is None else []
     episodes = [] if started is None else list(started)
     for spec, env in zip(specs if started is None else [], envs, strict=True):
         obs, info0 = env.reset(seed=int(spec.seed))

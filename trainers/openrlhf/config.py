@@ -26,6 +26,7 @@ import tyro
 from envkit.config_io import from_data
 from envkit.credit.advantage_options import AdvantageOptions
 from envkit.credit.sero import widen_options
+from envkit.fleet.config import FleetConfig
 from envkit.runtime.command_line import id_list, json_object
 from envkit.trainers.explorers.branch import BranchConfig
 from envkit.trainers.explorers.eden import EdenConfig
@@ -74,6 +75,10 @@ class BackendConfig:
     """Default envkit env id of a task (a task's label may name another with ``{"env": ...}``)."""
     env_kwargs: Annotated[dict[str, Any], json_object("--env-kwargs")] = field(default_factory=dict)
     """JSON object of keyword arguments for ``gymnasium.make(env_id, ...)``."""
+    fleet: FleetConfig | None = None
+    """Play the episodes in envs of a Ray env fleet on CPU nodes (`envkit.fleet`, docs/fleet.md: ``--fleet.resource
+    envkit_webshop``) instead of building them in the rollout actor; SERO's restores and branching's forks run on
+    the actor holding the snapshot. None: envs in the rollout actor."""
     max_turns: int = 0
     """Policy turns per episode (0: only the env's own step limit)."""
     feedback_template: str = "\n{obs}\n"

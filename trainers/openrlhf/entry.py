@@ -39,6 +39,7 @@ from typing import Annotated, Any
 
 import tyro
 
+from envkit.fleet.config import FleetConfig
 from envkit.runtime.command_line import cli, fail
 from envkit.trainers.openrlhf.argv import ArgvError, int_flag, openrlhf_argv, split_argv
 from envkit.trainers.openrlhf.config import CONFIG_ENV, BackendConfig
@@ -86,7 +87,9 @@ def build_config(ours: Sequence[str], openrlhf_flags: Sequence[str]) -> OpenRLHF
     # our options are parsed first (an unknown one is reported before a bad budget), on a valid budget
     base = BackendConfig(n_samples_per_prompt=max(n, 2), rollout_batch_size=max(batch, 1))
     eden, xrpo, branch = base.sized_eden(), base.sized_xrpo(), base.sized_branch()
-    default = OpenRLHFCommand(backend=dataclasses.replace(base, eden=eden, xrpo=xrpo, branch=branch))
+    default = OpenRLHFCommand(
+        backend=dataclasses.replace(base, eden=eden, xrpo=xrpo, branch=branch, fleet=FleetConfig())
+    )
     cmd = cli(
         OpenRLHFCommand, args=ours, prog=prog, default=default, config=(tyro.conf.AvoidSubcommands,),
         error_prefix=prog,
@@ -97,6 +100,8 @@ def build_config(ours: Sequence[str], openrlhf_flags: Sequence[str]) -> OpenRLHF
             cfg = dataclasses.replace(cfg, n_samples_per_prompt=n, rollout_batch_size=batch)
     except ValueError as exc:
         fail(str(exc), prog=prog)
+    if not any(a.startswith("--fleet.") for a in ours):  # envs in the rollout actors unless a --fleet.* is given
+        cfg = dataclasses.replace(cfg, fleet=None)
     if cfg.eden == eden:
         cfg = dataclasses.replace(cfg, eden=None)
     if cfg.xrpo == xrpo:

@@ -127,12 +127,20 @@ class GymAgentExecutor(AgentExecutorBase):
     async def lease(self, task: RolloutTask) -> AsyncIterator[gym.Env[Any, Any]]:
         """An env for `task` (a cached one of its id and kwargs, else a new one), returned to the cache after."""
         free = self._free.setdefault(task.env_key, [])
-        env = free.pop() if free else await asyncio.to_thread(gym.make, task.env_id, **task.kwargs)
+        env = free.pop() if free else await asyncio.to_thread(self._make, task)
         try:
             yield env
         finally:
             if id(env) not in self._held:
                 self._free.setdefault(task.env_key, []).append(env)
+
+    def _make(self, task: RolloutTask) -> gym.Env[Any, Any]:
+        """A new env for `task`: in this process, or a session on the env fleet (``--fleet.*``)."""
+        if self.config.fleet is None:
+            return gym.make(task.env_id, **task.kwargs)
+        from envkit.fleet.env import FleetEnv
+
+        return FleetEnv(task.env_id, self.config.fleet, **task.kwargs)
 
     def close(self) -> None:
         """Close every cached env."""

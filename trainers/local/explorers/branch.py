@@ -253,7 +253,7 @@ class AgentBranchDriver(AgentExplorer):
                 envs = [b.env for b, _, _ in now]
             else:
                 now, later = pending, []
-                envs = _envs(env_id, offset + len(now))[offset:]
+                envs = _envs(env_id, offset + len(now), self.agent.fleet)[offset:]
                 offset += len(now)
             kids = []
             for (b, t, index), env in zip(now, envs, strict=True):
