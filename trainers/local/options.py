@@ -13,6 +13,7 @@ from typing import Literal
 from envkit.credit.advantage_options import AdvantageOptions
 from envkit.credit.defaults import TERMINAL_REWARD
 from envkit.credit.sero import widen_options
+from envkit.fleet.config import FleetConfig
 from envkit.registration import env_facts
 from envkit.trainers.sero_options import TrainerSeroOptions
 
@@ -54,6 +55,10 @@ class AgentConfig:
     ``supervised`` (a control, issue 32): the same roots and continuations as plain supervised rows (every oracle
     action's advantage `envkit.trainers.local.sero.SUPERVISED_ADVANTAGE`, weight 1) while the policy rows keep
     plain GraphGPO's credit: "more oracle data" without SERO's credit."""
+    # --- where the envs run ---
+    fleet: FleetConfig | None = None
+    """Play the episodes in envs of a Ray env fleet (`envkit.fleet`, docs/fleet.md) instead of this process; SERO's
+    restores and branching's forks run on the actor holding the snapshot. The maths are the same."""
     # --- speed ---
     reuse_kv_cache: bool = True
     """Keep each live episode's KV cache between turns (`envkit.trainers.local.turn_cache`), so a turn feeds only the
