@@ -36,6 +36,7 @@ import threading
 
 _PHASES = ("setup", "call", "teardown")
 _MSG_MAX = 1 << 20
+_KEEP = 256  # reports kept per required id (subtests add one each)
 _RELAY_MAX = 256 << 10
 
 
@@ -124,8 +125,12 @@ class _Run:
                 self.void.append("a malformed test report")
                 return
             self.items.add(nodeid)
-            if nodeid in self.required and len(self.reports.get(nodeid, ())) < 8:
-                self.reports.setdefault(nodeid, []).append([when, outcome, wasxfail])
+            if nodeid in self.required:
+                kept = self.reports.setdefault(nodeid, [])
+                if len(kept) < _KEEP:
+                    kept.append([when, outcome, wasxfail])
+                elif kept[-1][0] != "overflow":  # more reports than kept: the id cannot pass
+                    kept.append(["overflow", "failed", False])
             if outcome == "failed":
                 self.failed_reports += 0 if wasxfail else 1
         elif kind == "C" and len(msg) == 2 and self.finished is None:

@@ -311,12 +311,14 @@ def _main() -> None:
                 if event == "compile":
                     source, name = (args[0], args[1]) if len(args) > 1 else (None, "")
                     name = fsdecode(name) if isinstance(name, (str, bytes)) else str(name)
-                    if trusted_name(name) and isinstance(source, (str, bytes, bytearray, memoryview)):
+                    text = isinstance(source, (str, bytes, bytearray, memoryview))
+                    python_file = name.endswith((".py", ".pyw")) or not os.path.exists(name)
+                    if trusted_name(name) and text and python_file:  # (templates compile under their own names)
                         if not is_real_file_text(name, source):
                             void(f"text compiled under the name of {name}, which it is not the content of")
                             return
                     elif trusted_name(name) and stack_untrusted(getframe(1)):
-                        void(f"a syntax tree compiled under the trusted name {name} by the code under test")
+                        void(f"code compiled under the trusted name {name} by the code under test")
                         return
                 elif event == "marshal.load":  # from a file object: not read here
                     culprit = stack_untrusted(getframe(1))

@@ -19,8 +19,8 @@ the pytest process, every report the child sent per required id, and why the run
 audit hook, machinery fingerprint, plugin registrations, completion handshake). Its report is its last output
 line, marked with a key made per run here and handed only to the supervisor. The rule is applied here
 (`verdict`): the reward is 1 only when the run is not void, pytest exited with status 0 on its own, and every
-FAIL_TO_PASS and PASS_TO_PASS id has exactly one setup, one call and one teardown report, all ``passed`` and
-none xfail-marked; xfail, xpass, skip, error, a missing or a duplicated report all fail. The rest of the output
+FAIL_TO_PASS and PASS_TO_PASS id has exactly one setup and one teardown report and at least one call report
+(subtests add theirs), all ``passed`` and none xfail-marked; xfail, xpass, skip, error, a missing or a duplicated report all fail. The rest of the output
 is kept for people to read, never parsed.
 
 Residual trust: the code under test runs inside the pytest process, and a process can always lie about itself;
@@ -96,8 +96,6 @@ CONFIG_NAMES = frozenset(
 TEST_DIRS = frozenset({"test", "tests", "testing"})
 #: Directory suffixes never graded: installed-distribution metadata (entry points, ``pytest11`` plugins, ...).
 METADATA_SUFFIXES = (".egg-info", ".dist-info", ".egg", ".egg-link", ".pth")
-#: The three reports a passing test has, each exactly once.
-PHASES = ("setup", "call", "teardown")
 _GRADER_DIR = "/envkit-grader"
 _VERDICT = "ENVKIT-VERDICT"
 
@@ -377,8 +375,8 @@ def verdict(report: dict[str, object] | None, ids: tuple[str, ...]) -> tuple[tup
     """(failed required ids, void reasons) by the rule of the module docstring, from the supervisor's facts.
 
     A required id passes only when the run is not void, the pytest process exited by itself with status 0 or 1, and
-    the id's reports are exactly one ``setup``, one ``call`` and one ``teardown``, each ``passed`` and none marked
-    xfail; the grade is a success only when every id passes, and status 1 then (pytest saw a failure the reports
+    the id's reports are exactly one ``setup``, at least one ``call`` (one per subtest, then the test's own) and
+    exactly one ``teardown``, each ``passed`` and none marked xfail; the grade is a success only when every id passes, and status 1 then (pytest saw a failure the reports
     do not show) voids the run.
     """
     if report is None:
@@ -394,10 +392,16 @@ def verdict(report: dict[str, object] | None, ids: tuple[str, ...]) -> tuple[tup
     failed = []
     for tid in sorted(set(ids)):
         got = reports.get(tid)
-        ok = isinstance(got, list) and len(got) == len(PHASES)
+        ok = isinstance(got, list) and all(isinstance(r, list) and len(r) == 3 for r in got)
         if ok:
-            phases = sorted(str(r[0]) for r in got if isinstance(r, list) and len(r) == 3)
-            ok = phases == sorted(PHASES) and all(r[1] == "passed" and r[2] is False for r in got)
+            phases = [str(r[0]) for r in got]
+            ok = (
+                phases.count("setup") == 1
+                and phases.count("teardown") == 1
+                and phases.count("call") >= 1  # one per subtest, then the test's own
+                and len(phases) == phases.count("setup") + phases.count("call") + phases.count("teardown")
+                and all(r[1] == "passed" and r[2] is False for r in got)
+            )
         if void or not ok:
             failed.append(tid)
     if rc == 1 and not failed and not void:

@@ -45,7 +45,14 @@ def test_setup_error_missing_and_duplicate_reports_fail():
     del r["reports"]["t.py::a"]
     assert verdict(r, IDS)[0] == ("t.py::a",)
     r = report()
-    r["reports"]["t.py::a"].append(["call", "passed", False])  # a forged extra report next to the genuine one
+    r["reports"]["t.py::a"].append(["setup", "passed", False])  # collected twice
+    assert verdict(r, IDS)[0] == ("t.py::a",)
+    r = report()
+    r["reports"]["t.py::a"][1:1] = [["call", "passed", False], ["call", "failed", False]]  # subtests: one failed
+    assert verdict(r, IDS)[0] == ("t.py::a",)
+    r["reports"]["t.py::a"][2] = ["call", "passed", False]  # every subtest passed
+    assert verdict(r, IDS)[0] == ()
+    r["reports"]["t.py::a"].append(["overflow", "failed", False])  # more reports than the runner keeps
     assert verdict(r, IDS)[0] == ("t.py::a",)
     r = report()
     r["reports"]["t.py::a"][2] = ["call", "passed", False]  # two calls, no teardown
