@@ -117,8 +117,8 @@ def channel(pkg: str, ids: list[str]) -> str:
 # At call time, the running config is found through _pytest.assertion.util._config and a plugin registered on it.
 CALL_TIME = (
     PLUGIN_BODY
-    + """class _Forger:
-    pass
+    + """import types as _tys
+_Forger = _tys.ModuleType("envforge_plugin")  # a plugin object whose hook is a plain function
 setattr(_Forger, "py" + "test_runtest_make" + "report", _mark(**{"hook" + "wrapper": True})(_forge_report))
 _done = []
 def _register():
@@ -128,8 +128,8 @@ def _register():
     _u = _il.import_module("_py" + "test.assertion.util")
     _cfg = getattr(_u, "_con" + "fig", None)
     if _cfg is not None:
-        _cfg.pluginmanager.register(_Forger(), "envforge")
         _done.append(1)
+        _cfg.pluginmanager.register(_Forger, "envforge")
 import sys as _s, types as _ty, functools as _ft
 def _wrap(f):
     @_ft.wraps(f)
@@ -184,13 +184,13 @@ STDLIB_NAME = (
 import gc
 for o in gc.get_objects():
     if type(o).__name__ == "Config" and hasattr(o, "pluginmanager"):
-        o.pluginmanager.register(FORGER(), "envforge2")
+        o.pluginmanager.register(FORGER, "envforge2")
         break
 """
 '''
     + PLUGIN_BODY
-    + """class _Forger:
-    pass
+    + """import types as _tys
+_Forger = _tys.ModuleType("envforge_plugin")  # a plugin object whose hook is a plain function
 setattr(_Forger, "py" + "test_runtest_make" + "report", _mark(**{"hook" + "wrapper": True})(_forge_report))
 import json as _js
 from importlib.machinery import SourceFileLoader as _SFL
