@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from envkit.envs.swe.grading import gradable, package_dirs, verdict
+from envkit.envs.swe.allow_list import gradable, package_dirs
+from envkit.envs.swe.grading import verdict
 
 IDS = ("t.py::a", "t.py::b")
 PASS = [["setup", "passed", False], ["call", "passed", False], ["teardown", "passed", False]]
