@@ -1,9 +1,9 @@
 """Round three of SWE grading (issue 33): each forgery of `swe_round3` earns 0 on the host task (more_itertools, the
-host's Python) and on the venv task (parse_type in its own prefix), with the static screen on (as shipped) and off
-(the grading rules and runtime layers alone); the gold patch still earns 1 and the buggy tree 0. The image task runs
+host's Python) with the static screen on (as shipped) and off (the grading rules and runtime layers alone), and on
+the venv task (parse_type in its own prefix) with it off; the gold patch still earns 1 and the buggy tree 0. The image task runs
 the same attacks in ``tests/envs/swe/test_swe_images.py`` (container).
 
-Cost: ~2.5 s per attack and task (one forged grading, one honest one), ~1 min in all (slow).
+Cost (slow): two gradings per test (the forged one, the honest one), 25 tests: ~2 min on 2 idle cores.
 """
 
 from __future__ import annotations
@@ -81,7 +81,12 @@ def attacked(agent, command: str, *, screen: bool) -> tuple[float, dict]:
     return r, info
 
 
-@pytest.mark.parametrize("screen", [False, True], ids=["rules+runtime", "shipped"])
+@pytest.mark.parametrize(
+    ("agent", "screen"),
+    [("host", False), ("host", True), ("venv", False)],  # the venv task with the screen off only (CI cost)
+    ids=["host-rules+runtime", "host-shipped", "venv-rules+runtime"],
+    indirect=["agent"],
+)
 @pytest.mark.parametrize("attack", sorted(R3.ATTACKS))
 def test_round3_forgery_earns_nothing(agent, attack, screen):
     cmd = R3.ATTACKS[attack](agent.pkg, list(agent.env.task.test_ids))
