@@ -289,8 +289,9 @@ def verdict(report: dict[str, object] | None, ids: tuple[str, ...]) -> tuple[tup
     reports = reports if isinstance(reports, dict) else {}
     failed = []
     for tid in sorted(set(ids)):
-        got = reports.get(tid)
-        ok = isinstance(got, list) and all(isinstance(r, list) and len(r) == 3 for r in got)
+        raw = reports.get(tid)
+        got: list[list[object]] = raw if isinstance(raw, list) else []
+        ok = bool(got) and all(isinstance(r, list) and len(r) == 3 for r in got)
         if ok:
             phases = [str(r[0]) for r in got]
             ok = (
