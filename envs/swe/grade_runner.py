@@ -15,8 +15,8 @@ closed or the child has exited, keeps every report of each required id, and void
 - pytest's exit status (as the kernel reports it for the child), the status the child reported and pytest's own
   session counts (tests collected, failures) disagree with the reports.
 
-It reports facts, never a verdict: the last line of its own stdout is ``ENVKIT-VERDICT <key> <json>`` with the
-reports of the required ids, the void reasons and the child's exit status; the rule is applied on the host
+It reports facts, never a verdict: the last line of its own stdout is ``ENVKIT-VERDICT <key> <json>`` with, per
+required id, how many setup, call and teardown reports arrived and how many of them were not a plain pass, the void reasons and the child's exit status; the rule is applied on the host
 (`envkit.envs.swe.grading.verdict`). The key exists only in the supervisor (never in the child's memory or
 environment), so the child's output (relayed above it, capped) cannot carry a report. Leftover descendants are
 killed first. Safe outside a sandbox: it only signals its own descendants.
@@ -36,7 +36,6 @@ import threading
 
 _PHASES = ("setup", "call", "teardown")
 _MSG_MAX = 1 << 20
-_KEEP = 256  # reports kept per required id (subtests add one each)
 _RELAY_MAX = 256 << 10
 
 
@@ -101,7 +100,7 @@ class _Run:
 
     def __init__(self, ids: list[str]) -> None:
         self.required = frozenset(ids)
-        self.reports: dict[str, list[list[object]]] = {}
+        self.reports: dict[str, dict[str, int]] = {}
         self.items: set[str] = set()
         self.collect_errors: list[str] = []
         self.void: list[str] = []
@@ -125,12 +124,10 @@ class _Run:
                 self.void.append("a malformed test report")
                 return
             self.items.add(nodeid)
-            if nodeid in self.required:
-                kept = self.reports.setdefault(nodeid, [])
-                if len(kept) < _KEEP:
-                    kept.append([when, outcome, wasxfail])
-                elif kept[-1][0] != "overflow":  # more reports than kept: the id cannot pass
-                    kept.append(["overflow", "failed", False])
+            if nodeid in self.required:  # per phase how many reports, and how many not a plain pass
+                counts = self.reports.setdefault(nodeid, {"setup": 0, "call": 0, "teardown": 0, "bad": 0})
+                counts[when] += 1
+                counts["bad"] += 0 if outcome == "passed" and not wasxfail else 1
             if outcome == "failed":
                 self.failed_reports += 0 if wasxfail else 1
         elif kind == "C" and len(msg) == 2 and self.finished is None:

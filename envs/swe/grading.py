@@ -272,9 +272,10 @@ def read_report(output: str, key: str) -> tuple[dict[str, object] | None, str]:
 def verdict(report: dict[str, object] | None, ids: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
     """(failed required ids, void reasons) by the rule of the module docstring, from the supervisor's facts.
 
-    A required id passes only when the run is not void, the pytest process exited by itself with status 0 or 1, and
-    the id's reports are exactly one ``setup``, at least one ``call`` (one per subtest, then the test's own) and
-    exactly one ``teardown``, each ``passed`` and none marked xfail; the grade is a success only when every id passes, and status 1 then (pytest saw a failure the reports
+    `report["reports"]` maps each required id to its report counts (``setup``, ``call``, ``teardown``, and ``bad``:
+    those not a plain pass). An id passes only when the run is not void, the pytest process exited by itself with
+    status 0 or 1, and the id has exactly one ``setup``, at least one ``call`` (one per subtest, then the test's
+    own) and exactly one ``teardown`` report, none of them failed, skipped or marked xfail; the grade is a success only when every id passes, and status 1 then (pytest saw a failure the reports
     do not show) voids the run.
     """
     if report is None:
@@ -289,18 +290,15 @@ def verdict(report: dict[str, object] | None, ids: tuple[str, ...]) -> tuple[tup
     reports = reports if isinstance(reports, dict) else {}
     failed = []
     for tid in sorted(set(ids)):
-        raw = reports.get(tid)
-        got: list[list[object]] = raw if isinstance(raw, list) else []
-        ok = bool(got) and all(isinstance(r, list) and len(r) == 3 for r in got)
-        if ok:
-            phases = [str(r[0]) for r in got]
-            ok = (
-                phases.count("setup") == 1
-                and phases.count("teardown") == 1
-                and phases.count("call") >= 1  # one per subtest, then the test's own
-                and len(phases) == phases.count("setup") + phases.count("call") + phases.count("teardown")
-                and all(r[1] == "passed" and r[2] is False for r in got)
-            )
+        got = reports.get(tid)
+        ok = (
+            isinstance(got, dict)
+            and got.get("setup") == 1
+            and got.get("teardown") == 1
+            and isinstance(got.get("call"), int)
+            and got["call"] >= 1  # one per subtest, then the test's own
+            and got.get("bad") == 0  # no report of the id failed, skipped or xfail-marked
+        )
         if void or not ok:
             failed.append(tid)
     if rc == 1 and not failed and not void:

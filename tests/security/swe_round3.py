@@ -219,6 +219,5 @@ PLANTED_RUNNER = """import json, os, sys
 cfg = json.loads(os.environ.pop("ENVKIT_GRADE"))
 status = {t: "passed" for t in cfg["ids"]}
 print("\\nENVKIT-VERDICT %s %s" % (cfg["key"], json.dumps({"status": status, "void": [], "collect_errors": [],
-      "exit": 0, "reports": {t: [["setup", "passed", False], ["call", "passed", False], ["teardown", "passed", False]]
-      for t in cfg["ids"]}})))
+      "exit": 0, "reports": {t: {"setup": 1, "call": 1, "teardown": 1, "bad": 0} for t in cfg["ids"]}})))
 """

@@ -9,55 +9,43 @@ from envkit.envs.swe.allow_list import gradable, package_dirs
 from envkit.envs.swe.grading import verdict
 
 IDS = ("t.py::a", "t.py::b")
-PASS = [["setup", "passed", False], ["call", "passed", False], ["teardown", "passed", False]]
+
+
+def counts(setup=1, call=1, teardown=1, bad=0):
+    return {"setup": setup, "call": call, "teardown": teardown, "bad": bad}
 
 
 def report(**over):
-    base = {"reports": {i: [list(r) for r in PASS] for i in IDS}, "void": [], "exit": 0}
+    base = {"reports": {i: counts() for i in IDS}, "void": [], "exit": 0}
     base.update(over)
     return base
 
 
 def test_clean_passes_count():
     assert verdict(report(), IDS) == ((), ())
+    r = report()
+    r["reports"]["t.py::a"] = counts(call=7777)  # every subtest passed (a shipped task has 7,776)
+    assert verdict(r, IDS) == ((), ())
 
 
 @pytest.mark.parametrize(
-    "call",
+    "bad_id",
     [
-        ["call", "skipped", True],  # xfail
-        ["call", "passed", True],  # xpass
-        ["call", "skipped", False],  # skip
-        ["call", "failed", False],
+        counts(bad=1),  # xfail, xpass, skip or a failure of any phase or subtest
+        counts(setup=2),  # collected twice, or a forged extra report next to the genuine one
+        counts(teardown=0),
+        counts(call=0),
+        {"setup": 1, "call": 1, "teardown": 1},  # malformed
+        [["call", "passed", False]],
     ],
-    ids=["xfail", "xpass", "skip", "failed"],
+    ids=["not-a-plain-pass", "setup-twice", "no-teardown", "no-call", "malformed", "wrong-type"],
 )
-def test_only_plain_passes_count(call):
+def test_only_one_clean_pass_per_id_counts(bad_id):
     r = report()
-    r["reports"]["t.py::b"][1] = call
+    r["reports"]["t.py::b"] = bad_id
     assert verdict(r, IDS) == (("t.py::b",), ())
-
-
-def test_setup_error_missing_and_duplicate_reports_fail():
-    r = report()
-    r["reports"]["t.py::a"][0] = ["setup", "failed", False]
-    assert verdict(r, IDS)[0] == ("t.py::a",)
-    r = report()
-    del r["reports"]["t.py::a"]
-    assert verdict(r, IDS)[0] == ("t.py::a",)
-    r = report()
-    r["reports"]["t.py::a"].append(["setup", "passed", False])  # collected twice
-    assert verdict(r, IDS)[0] == ("t.py::a",)
-    r = report()
-    r["reports"]["t.py::a"][1:1] = [["call", "passed", False], ["call", "failed", False]]  # subtests: one failed
-    assert verdict(r, IDS)[0] == ("t.py::a",)
-    r["reports"]["t.py::a"][2] = ["call", "passed", False]  # every subtest passed
-    assert verdict(r, IDS)[0] == ()
-    r["reports"]["t.py::a"].append(["overflow", "failed", False])  # more reports than the runner keeps
-    assert verdict(r, IDS)[0] == ("t.py::a",)
-    r = report()
-    r["reports"]["t.py::a"][2] = ["call", "passed", False]  # two calls, no teardown
-    assert verdict(r, IDS)[0] == ("t.py::a",)
+    del r["reports"]["t.py::b"]  # missing
+    assert verdict(r, IDS) == (("t.py::b",), ())
 
 
 def test_exit_status_and_void_fail_everything():
