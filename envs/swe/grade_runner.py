@@ -5,19 +5,21 @@ arguments, required ids, changed files, the pytest process's environment) in the
 at once. It never imports the repository's code. It makes itself non-dumpable (``PR_SET_DUMPABLE`` 0: no
 process of the sandbox uid can ptrace it or open its ``/proc/<pid>/{mem,environ,fd}``) and the subreaper of
 what the tests start, then runs `envkit.envs.swe.grade_session` (pytest) as a child on one end of a socket pair
-and a clean environment. The child streams its per-test reports; the supervisor computes the verdicts and
-voids the run when:
+and a clean environment. The child streams its per-test reports (it cannot silence or replace that socket: a
+seccomp filter denies ``dup2``/``dup3``/``close``/``dup`` on it); the supervisor reads until the socket is
+closed or the child has exited, keeps every report of each required id, and voids the run when:
 
-- the child reported a void (its audit hook or monkeypatch check fired);
+- the child reported a void (one of its detectors fired: audit hook, fingerprint, plugin registrations);
 - the completion handshake failed: no session-finished message, or no completion message carrying the nonce the
-  supervisor sent only after the session finished, or anything after it;
+  supervisor sent only after the session finished, or any message after it;
 - pytest's exit status (as the kernel reports it for the child), the status the child reported and pytest's own
   session counts (tests collected, failures) disagree with the reports.
 
-The verdict is the last line of the supervisor's own stdout, ``ENVKIT-VERDICT <key> <json>``: the key exists only
-in the supervisor (never in the child's memory or environment), so the child's output (relayed above it, capped)
-cannot carry a verdict. Leftover descendants are killed first. Safe outside a sandbox: it only signals its own
-descendants.
+It reports facts, never a verdict: the last line of its own stdout is ``ENVKIT-VERDICT <key> <json>`` with, per
+required id, how many setup, call and teardown reports arrived and how many of them were not a plain pass, the void reasons and the child's exit status; the rule is applied on the host
+(`envkit.envs.swe.grading.verdict`). The key exists only in the supervisor (never in the child's memory or
+environment), so the child's output (relayed above it, capped) cannot carry a report. Leftover descendants are
+killed first. Safe outside a sandbox: it only signals its own descendants.
 """
 
 import ctypes
@@ -32,7 +34,7 @@ import subprocess
 import sys
 import threading
 
-_RANK = {"passed": 0, "xpass": 1, "xfail": 1, "skipped": 2, "error": 3, "failed": 3}
+_PHASES = ("setup", "call", "teardown")
 _MSG_MAX = 1 << 20
 _RELAY_MAX = 256 << 10
 
@@ -96,19 +98,15 @@ def _relay(src, dst) -> None:  # type: ignore[no-untyped-def]
 class _Run:
     """What the child reported, and why the run is void."""
 
-    def __init__(self) -> None:
-        self.status: dict[str, str] = {}
+    def __init__(self, ids: list[str]) -> None:
+        self.required = frozenset(ids)
+        self.reports: dict[str, dict[str, int]] = {}
         self.items: set[str] = set()
         self.collect_errors: list[str] = []
         self.void: list[str] = []
         self.failed_reports = 0
         self.finished: tuple[int, int, int] | None = None
         self.done: tuple[bytes, int] | None = None
-
-    def _set(self, nodeid: str, outcome: str) -> None:
-        old = self.status.get(nodeid)
-        if old is None or _RANK[outcome] >= _RANK[old]:
-            self.status[nodeid] = outcome
 
     def take(self, msg: object, sock: socket.socket, nonce: bytes) -> None:
         if not isinstance(msg, tuple) or not msg or self.done is not None:
@@ -117,17 +115,21 @@ class _Run:
         kind = msg[0]
         if kind == "R" and len(msg) == 5 and self.finished is None:
             _, nodeid, when, outcome, wasxfail = msg
-            if not (isinstance(nodeid, str) and outcome in ("passed", "failed", "skipped")):
+            if not (
+                isinstance(nodeid, str)
+                and when in _PHASES
+                and outcome in ("passed", "failed", "skipped")
+                and isinstance(wasxfail, bool)
+            ):
                 self.void.append("a malformed test report")
                 return
             self.items.add(nodeid)
+            if nodeid in self.required:  # per phase how many reports, and how many not a plain pass
+                counts = self.reports.setdefault(nodeid, {"setup": 0, "call": 0, "teardown": 0, "bad": 0})
+                counts[when] += 1
+                counts["bad"] += 0 if outcome == "passed" and not wasxfail else 1
             if outcome == "failed":
-                self._set(nodeid, "failed" if when == "call" else "error")
                 self.failed_reports += 0 if wasxfail else 1
-            elif outcome == "skipped":
-                self._set(nodeid, "xfail" if wasxfail else "skipped")
-            elif when == "call":
-                self._set(nodeid, "xpass" if wasxfail else "passed")
         elif kind == "C" and len(msg) == 2 and self.finished is None:
             self.collect_errors.append(str(msg[1]))
         elif kind == "V" and len(msg) == 2:
@@ -186,8 +188,8 @@ def main() -> int:
     relay.start()
     data = marshal.dumps({"repo": cfg["repo"], "args": [*cfg["args"], *ids], "changed": list(cfg["changed"])})
     ours.sendall(len(data).to_bytes(4, "big") + data)
-    run, nonce, buf = _Run(), secrets.token_bytes(16), b""
-    while run.done is None:
+    run, nonce, buf = _Run(ids), secrets.token_bytes(16), b""
+    while True:  # until EOF or the child is gone: a message after the completion message voids the run
         ready, _, _ = select.select([ours], [], [], 0.2)
         if not ready:
             if proc.poll() is not None:  # the child is gone; a descendant holding the channel is not waited for
@@ -200,7 +202,7 @@ def main() -> int:
         if not chunk:
             break
         buf += chunk
-        while len(buf) >= 4 and run.done is None:
+        while len(buf) >= 4:
             size = int.from_bytes(buf[:4], "big")
             if size > _MSG_MAX:
                 run.void.append("an oversized message")
@@ -224,7 +226,7 @@ def main() -> int:
     relay.join(timeout=5)
     run.check(rc, nonce)
     verdict = {
-        "status": {t: run.status[t] for t in ids if t in run.status},
+        "reports": {t: run.reports[t] for t in ids if t in run.reports},
         "collect_errors": run.collect_errors[:100],
         "void": run.void[:20],
         "exit": rc,

@@ -1,28 +1,35 @@
-"""Grade a work tree: the agent's source changes on pristine tests and config, verdicts from a report file.
+"""Grade a work tree: the agent's package changes on the pristine task tree, the verdict decided here, on the host.
 
-What is graded is not the agent's tree itself but a fresh overlay: the task's pristine test stack (start + test
-patch) plus one layer holding only the agent's changes to *source* files (`gradable`): regular files with a
-source/data suffix, under a top-level name the pristine repository already has, outside test paths, not a
-config file pytest or Python reads (``conftest.py``, ``pytest.ini``, ``setup.cfg``, ``tox.ini``,
-``pyproject.toml``, ``setup.py``, ``sitecustomize.py``, ``pytest.py``, ...), not byte-code and not hidden.
-Everything else the agent changed (test files, configs, ``__pycache__``, symlinks, FIFOs) is dropped, and stale
-byte-code of a changed module is hidden.
+What is graded is not the agent's tree itself but a fresh overlay in a fresh sandbox: the task's pristine tree
+with its tests and config (start + test patch) plus one layer holding only the agent's changes to an
+**allow-list** (`gradable`): regular files with a source/data suffix inside a *package directory* of the
+repository (`package_dirs`: a top-level or ``src/`` directory with an ``__init__.py`` in the pristine tree, or one
+the gold patch edits), outside test paths, not ``conftest.py``/``setup.py``/``sitecustomize.py``/``pytest.py``
+or another file Python or pytest reads as configuration, never under ``*.egg-info``/``*.dist-info``, never
+``.pth``, never byte-code, hidden, a symlink or a FIFO. Everything else the agent changed (entry points, configs,
+tests, build files, new top-level modules, ``__pycache__``) is dropped, and stale byte-code of a changed module
+is hidden.
 
 Before anything runs, the changed Python files are screened for harness tampering (`envkit.envs.swe.screen`):
 a hit is a grade of 0 with the reason in `Grade.void`. pytest then runs in the sandbox under a supervisor
-(`envkit.envs.swe.grade_runner`, which never imports the repository) and a pytest child
-(`envkit.envs.swe.grade_session`: audit hook, monkeypatch check, streamed reports, completion handshake); the
-verdict is the supervisor's last output line, marked with a key made per run here and handed only to the
-supervisor. The reward is 1 when every FAIL_TO_PASS and PASS_TO_PASS id is ``passed`` or ``xfail`` (as
-SWE-bench counts) and the run is not void, else 0; an id missing from the verdict (not collected, timeout, no
-verdict) fails. The rest of the output is kept for people to read, never parsed.
+(`envkit.envs.swe.grade_runner`, which never imports the repository; its two scripts are copied per run into a
+private directory made here with ``mkdtemp`` and removed after) and a pytest child
+(`envkit.envs.swe.grade_session`). The supervisor reports *facts*, not a verdict: the kernel's exit status of
+the pytest process, every report the child sent per required id, and why the run is void (the child's detectors:
+audit hook, machinery fingerprint, plugin registrations, completion handshake). Its report is its last output
+line, marked with a key made per run here and handed only to the supervisor. The rule is applied here
+(`verdict`): the reward is 1 only when the run is not void, pytest exited with status 0 on its own, and every
+FAIL_TO_PASS and PASS_TO_PASS id has exactly one setup and one teardown report and at least one call report
+(subtests add theirs), all ``passed`` and none xfail-marked; xfail, xpass, skip, error, a missing or a duplicated report all fail. The rest of the output
+is kept for people to read, never parsed.
 
-Residual trust: the code under test runs inside the pytest process; what remains possible is in
-docs/security.md.
+Residual trust: the code under test runs inside the pytest process, and a process can always lie about itself;
+what it can still do, and what no longer depends on it, is in docs/security.md ("SWE grading").
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import posixpath
@@ -31,62 +38,19 @@ import shlex
 import shutil
 import stat
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from envkit.envs.swe.allow_list import gradable, package_dirs
 from envkit.envs.swe.backend import WORKDIR, Backend, SandboxError
 from envkit.envs.swe.layer_files import is_opaque, is_whiteout, walk
 from envkit.envs.swe.layers import LayerStore
 from envkit.envs.swe.overlay import OverlayTree
 from envkit.envs.swe.screen import SCREENED_SUFFIXES, screen
-from envkit.envs.swe.tasks import SweTask
+from envkit.envs.swe.tasks import SweTask, patch_paths
 from envkit.envs.swe.workspace import TaskLayers, lookup
 
-_OK = {"passed", "xfail"}
-SOURCE_SUFFIXES = frozenset(
-    [
-        ".py",
-        ".pyi",
-        ".pyx",
-        ".pxd",
-        ".c",
-        ".h",
-        ".cc",
-        ".cpp",
-        ".hpp",
-        ".txt",
-        ".rst",
-        ".md",
-        ".json",
-        ".csv",
-        ".yaml",
-        ".yml",
-        ".html",
-        ".js",
-        ".css",
-        ".xml",
-        ".dat",
-    ]
-)
-CONFIG_NAMES = frozenset(
-    [
-        "conftest.py",
-        "pytest.ini",
-        ".pytest.ini",
-        "setup.cfg",
-        "tox.ini",
-        "pyproject.toml",
-        "setup.py",
-        "noxfile.py",
-        "sitecustomize.py",
-        "usercustomize.py",
-        "pytest.py",
-        "py.py",
-        "_pytest",
-        "pluggy",
-    ]
-)
-TEST_DIRS = frozenset({"test", "tests", "testing"})
 _GRADER_DIR = "/envkit-grader"
 _VERDICT = "ENVKIT-VERDICT"
 
@@ -127,29 +91,6 @@ def parse_pytest(output: str) -> dict[str, str]:
         if m:
             status[m.group(2)] = m.group(1)
     return status
-
-
-def is_test_path(rel: str, test_files: frozenset[str] = frozenset()) -> bool:
-    """True for paths pytest would treat as tests or their support (never taken from the agent)."""
-    parts = rel.split("/")
-    name = parts[-1]
-    return (
-        rel in test_files
-        or any(p in TEST_DIRS for p in parts[:-1])
-        or name.startswith("test_")
-        or name.endswith("_test.py")
-        or name in ("test.py", "tests.py")
-    )
-
-
-def gradable(rel: str, top_level: frozenset[str], test_files: frozenset[str] = frozenset()) -> bool:
-    """True when the agent's version of `rel` is used for grading (see the module docstring)."""
-    parts = rel.split("/")
-    if not parts or any(p.startswith(".") or p == "__pycache__" or p in CONFIG_NAMES for p in parts):
-        return False
-    if parts[0] not in top_level or is_test_path(rel, test_files):
-        return False
-    return posixpath.splitext(parts[-1])[1] in SOURCE_SUFFIXES
 
 
 def _changed_paths(store: LayerStore, layers: tuple[str, ...], base: tuple[str, ...]) -> set[str]:
@@ -221,13 +162,13 @@ def source_layer(
     if tuple(stack[: len(start)]) != tuple(start):
         raise ValueError("the work tree's stack does not start with the task's start layers")
     tests = layers.tests
-    top_level = frozenset(n for layer in tests for n in os.listdir(store.path(layer)))
+    packages = task_packages(store, task, tests)
     test_files = frozenset(task.test_files())
     out = store.staging()
     os.lchown(out, uid, uid)
     dropped: list[str] = []
     for rel in sorted(_changed_paths(store, tuple(stack[len(start) :]), start)):
-        if not gradable(rel, top_level, test_files):
+        if not gradable(rel, packages, test_files):
             dropped.append(rel)
             continue
         final = lookup(store, tuple(stack), rel)
@@ -252,18 +193,50 @@ def source_layer(
     return store.commit(out, store.new_id("g")), tuple(dropped)
 
 
-def _runner_dir() -> str:
-    d = os.path.join(tempfile.gettempdir(), f"envkit-swe-grader-{os.getpid()}")
-    os.makedirs(d, mode=0o755, exist_ok=True)
-    os.chmod(d, 0o755)
-    for name in ("grade_runner.py", "grade_session.py"):
-        script = os.path.join(d, name)
-        if not os.path.exists(script):
-            tmp = script + ".tmp"
-            shutil.copyfile(Path(__file__).with_name(name), tmp)
-            os.chmod(tmp, 0o644)
-            os.replace(tmp, script)
-    return d
+def task_packages(store: LayerStore, task: SweTask, stack: tuple[str, ...]) -> frozenset[str]:
+    """`package_dirs` of the pristine tree `stack` (the task's tests stack) and the task's gold patch."""
+    names: set[str] = set()
+    for layer in stack:
+        root = store.path(layer)
+        names.update(os.listdir(root))
+        src = os.path.join(root, "src")
+        if os.path.isdir(src) and not os.path.islink(src):
+            names.update(f"src/{n}" for n in os.listdir(src))
+    with_init = set()
+    for rel in names:
+        top = lookup(store, stack, rel)
+        init = lookup(store, stack, rel + "/__init__.py")
+        if top is not None and os.path.isdir(top) and not os.path.islink(top) and init is not None:
+            with_init.add(rel)
+    return package_dirs(frozenset(names), frozenset(with_init), tuple(patch_paths(task.patch)))
+
+
+@contextlib.contextmanager
+def private_runner_dir() -> Iterator[str]:
+    """A per-run copy of the grader's two scripts: ``<mkdtemp>/run/{grade_runner,grade_session}.py``.
+
+    The outer directory is made by ``mkdtemp`` (exclusive, 0700, owned by this process's user); the scripts are
+    created exclusively (``O_EXCL|O_NOFOLLOW``) read-only, then the outer directory is opened to traversal only
+    (0711: the sandbox's uid can reach ``run/`` by its random name, nobody can list or write) and ``run/`` is
+    read-only (0555). Everything is removed when the block ends.
+    """
+    outer = tempfile.mkdtemp(prefix="envkit-swe-grade-")
+    try:
+        inner = os.path.join(outer, "run")
+        os.mkdir(inner, 0o700)
+        for name in ("grade_runner.py", "grade_session.py"):
+            data = Path(__file__).with_name(name).read_bytes()
+            fd = os.open(os.path.join(inner, name), os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+        os.chmod(inner, 0o555)
+        os.chmod(outer, 0o711)
+        yield inner
+    finally:
+        with contextlib.suppress(OSError):
+            os.chmod(outer, 0o700)
+            os.chmod(os.path.join(outer, "run"), 0o700)
+        shutil.rmtree(outer, ignore_errors=True)
 
 
 def pytest_args(test_command: str) -> list[str]:
@@ -282,20 +255,59 @@ def pytest_args(test_command: str) -> list[str]:
     )
 
 
-def read_verdict(output: str, key: str) -> tuple[dict[str, str], tuple[str, ...], str]:
-    """(test id -> outcome, void reasons, the output without the verdict) from the supervisor's output."""
+def read_report(output: str, key: str) -> tuple[dict[str, object] | None, str]:
+    """(the supervisor's report, the output without it) from the sandbox's output; None when there is none."""
     marker = f"\n{_VERDICT} {key} "
     at = output.rfind(marker)
     if at < 0:
-        return {}, ("no verdict from the grading runner (killed, timed out, or its output was cut)",), output
+        return None, output
     line = output[at + len(marker) :].split("\n", 1)[0]
     try:
         data = json.loads(line)
-        status = {str(k): str(v) for k, v in data["status"].items()}
-        void = tuple(str(v) for v in data["void"])
-    except (ValueError, KeyError, TypeError, AttributeError):
-        return {}, ("a malformed verdict",), output[:at]
-    return status, void, output[:at]
+    except ValueError:
+        data = None
+    return (data if isinstance(data, dict) else {"void": ["a malformed report from the grading runner"]}), output[:at]
+
+
+def verdict(report: dict[str, object] | None, ids: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(failed required ids, void reasons) by the rule of the module docstring, from the supervisor's facts.
+
+    `report["reports"]` maps each required id to its report counts (``setup``, ``call``, ``teardown``, and ``bad``:
+    those not a plain pass). An id passes only when the run is not void, the pytest process exited by itself with
+    status 0 or 1, and the id has exactly one ``setup``, at least one ``call`` (one per subtest, then the test's
+    own) and exactly one ``teardown`` report, none of them failed, skipped or marked xfail; the grade is a success only when every id passes, and status 1 then (pytest saw a failure the reports
+    do not show) voids the run.
+    """
+    if report is None:
+        return tuple(sorted(set(ids))), (
+            "no report from the grading runner (killed, timed out, or its output was cut)",
+        )
+    void = [str(v)[:500] for v in report.get("void") or []][:20]  # type: ignore[attr-defined]
+    rc = report.get("exit")
+    if rc not in (0, 1):  # 1: some test failed; anything else: interrupted, an internal error, no tests, a signal
+        void.append(f"the pytest process exited with status {rc} (a negative one is a signal), not 0 or 1")
+    reports = report.get("reports")
+    reports = reports if isinstance(reports, dict) else {}
+    failed = []
+    for tid in sorted(set(ids)):
+        got = reports.get(tid)
+        ok = (
+            isinstance(got, dict)
+            and got.get("setup") == 1
+            and got.get("teardown") == 1
+            and isinstance(got.get("call"), int)
+            and got["call"] >= 1  # one per subtest, then the test's own
+            and got.get("bad") == 0  # no report of the id failed, skipped or xfail-marked
+        )
+        if void or not ok:
+            failed.append(tid)
+    if rc == 1 and not failed and not void:
+        void.append("pytest exited with status 1 (a failure) although every required test reported a pass")
+        failed = sorted(set(ids))
+    if len(set(ids)) != len(ids):
+        void.append("the task lists a required test id twice")
+        failed = sorted(set(ids))
+    return tuple(failed), tuple(void)
 
 
 def changed_files(store: LayerStore, layer: str) -> list[str]:
@@ -362,18 +374,19 @@ def grade(
             raise
         child_env = {**backend.base_env(), "PYTHONDONTWRITEBYTECODE": "1"}
         config = {"key": key, "repo": WORKDIR, "args": args, "ids": list(task.test_ids), "changed": files}
-        result = backend.run(
-            tree.merged,
-            f"exec python -I -B {_GRADER_DIR}/grade_runner.py",
-            cwd=WORKDIR,
-            env={**child_env, "ENVKIT_GRADE": json.dumps({**config, "env": child_env})},
-            timeout=timeout,
-            output_chars=1 << 20,
-            binds=((_runner_dir(), _GRADER_DIR, False),),
-        )
+        with private_runner_dir() as scripts:
+            result = backend.run(
+                tree.merged,
+                f"exec python -I -B {_GRADER_DIR}/grade_runner.py",
+                cwd=WORKDIR,
+                env={**child_env, "ENVKIT_GRADE": json.dumps({**config, "env": child_env})},
+                timeout=timeout,
+                output_chars=1 << 20,
+                binds=((scripts, _GRADER_DIR, False),),
+            )
     finally:
         tree.close()
-    status, void, output = read_verdict(result.output, key)
-    failed = tuple(sorted(t for t in task.test_ids if void or status.get(t) not in _OK))
-    passed = len(task.test_ids) - len(failed)
+    report, output = read_report(result.output, key)
+    failed, void = verdict(report, task.test_ids)
+    passed = len(set(task.test_ids)) - len(failed)
     return Grade(not failed, failed, passed, output, dropped, void)

@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import fcntl
 import glob
 import os
 import resource
@@ -114,6 +115,26 @@ def read_capped(proc: subprocess.Popen[bytes], deadline: float, keep: int, hard:
             tail = (tail + chunk)[-keep:]
         if total > hard:
             return bytes(head), bytes(tail), total, "overflow"
+
+
+def args_pipe(args: Sequence[str]) -> int:
+    """The read end of a pipe holding `args` NUL-separated, for ``bwrap --args FD``: the sandbox's pid 1 (bwrap)
+    then shows ``bwrap --args N`` in ``/proc/1/cmdline``, not the host paths it binds, and once bwrap has read
+    them the pipe is empty (its descriptor, if inherited, holds nothing)."""
+    data = b"".join(a.encode("utf-8", "surrogateescape") + b"\0" for a in args)
+    r, w = os.pipe()
+    try:
+        if len(data) > 60_000:  # over a pipe's buffer: grow it (Linux F_SETPIPE_SZ)
+            fcntl.fcntl(w, 1031, min(1 << 20, 1 << (len(data) - 1).bit_length()))
+        view = memoryview(data)
+        while view:
+            view = view[os.write(w, view) :]
+    except BaseException:
+        os.close(r)
+        raise
+    finally:
+        os.close(w)
+    return r
 
 
 _BWRAP_OK: dict[str, bool] = {}
@@ -331,16 +352,22 @@ class LocalBackend(Backend):
                 given.flush()
                 given.seek(0)
                 fd, in_fd = state.fileno(), given.fileno()
-                proc = subprocess.Popen(
-                    self._argv(view or tree, fd, in_fd, binds),
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.STDOUT,
-                    pass_fds=(fd, in_fd),
-                    start_new_session=True,
-                    env={"PATH": TRUSTED_PATH, "LANG": "C.UTF-8"},
-                    preexec_fn=lambda: drop_privileges(self.uid, rlimits, procs),
-                )
+                argv = self._argv(view or tree, fd, in_fd, binds)
+                cut = argv.index("--")  # options (host paths) through the pipe, the command (no paths) in argv
+                args_fd = args_pipe(argv[1:cut])
+                try:
+                    proc = subprocess.Popen(
+                        [self._bwrap, "--args", str(args_fd), *argv[cut:]],
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                        pass_fds=(fd, in_fd, args_fd),
+                        start_new_session=True,
+                        env={"PATH": TRUSTED_PATH, "LANG": "C.UTF-8"},
+                        preexec_fn=lambda: drop_privileges(self.uid, rlimits, procs),
+                    )
+                finally:
+                    os.close(args_fd)
                 try:
                     head, tail, total, why = read_capped(
                         proc, time.monotonic() + timeout, 4 * chars, max(self.limits.output_hard_bytes, 4 * chars)

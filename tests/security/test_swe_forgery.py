@@ -198,11 +198,10 @@ def test_nothing_about_the_run_is_discoverable(agent):
 
 @pytest.mark.parametrize("read_nonce", [False, True], ids=["guessed-nonce", "stolen-nonce"])
 def test_protocol_forgery_through_the_channel(agent, read_nonce):
-    """Even with the channel found and the nonce read from it, pytest's exit status (seen by the kernel) disagrees."""
+    """The channel found by fstat cannot be duplicated or silenced (the seccomp guard, issue 33): the payload fails."""
     r, info = graded(agent, f"READ_NONCE = {read_nonce}\n" + PROTOCOL)
-    assert r == 0.0
-    reasons = " ".join(info["grade_void"])
-    assert ("exit status" in reasons) if read_nonce else ("nonce" in reasons), reasons
+    assert r == 0.0 and info["tests_failed"]
+    assert "PermissionError" in info["output"] or info["grade_void"], info["output"][-2000:]
 
 
 @pytest.mark.parametrize("name", sorted(AUDITED))

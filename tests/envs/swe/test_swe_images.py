@@ -275,3 +275,37 @@ def test_grading_forgeries_earn_nothing_in_the_image(image_env):
     obs, info = env.restore(start)
     run = run_oracle(env, GoldPatchOracle(), obs, info, max_steps=10)
     assert run.success and run.steps[-1].reward == 1.0  # the env keeps serving, honest work pays
+
+
+def test_round3_forgeries_earn_nothing_in_the_image(image_env):
+    """Issue 33's forgeries (tests/security/swe_round3.py: xfail, a pytest11 entry point in the image's
+    ``parse_type.egg-info``, the channel silenced and SIGKILL, a plugin registered at call time, patched contextlib,
+    code compiled under a standard-library name) each earn 0 on the image-backed task with the static screen off
+    (the grading rules and runtime layers alone); the gold fix from the same state still earns 1. Cost: ~7 gradings."""
+    import importlib.util
+    from pathlib import Path
+
+    from envkit.oracles.base import run_oracle
+    from envkit.oracles.swe import GoldPatchOracle
+
+    path = Path(__file__).resolve().parents[2] / "security" / "swe_round3.py"
+    spec = importlib.util.spec_from_file_location("_swe_round3", path)
+    assert spec is not None and spec.loader is not None
+    r3 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(r3)
+    env = image_env
+    obs, info = env.reset(seed=0, options={"index": 1})
+    start = env.snapshot()
+    for name, attack in sorted(r3.ATTACKS.items()):
+        env.restore(start)
+        env.screen_diff = False
+        try:
+            out, *_ = env.step(bash(attack("parse_type", list(env.task.test_ids))))
+            assert "[exit code" not in out, (name, out)
+            _, r, *_, sub = env.step('{"tool": "submit"}')
+        finally:
+            env.screen_diff = True
+        assert r == 0.0 and sub["tests_failed"], (name, sub["grade_void"])
+    obs, info = env.restore(start)
+    run = run_oracle(env, GoldPatchOracle(), obs, info, max_steps=10)
+    assert run.success and run.steps[-1].reward == 1.0
