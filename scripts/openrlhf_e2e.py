@@ -1,0 +1,217 @@
+"""Run real ``train_ppo_ray`` iterations through ``envkit-train openrlhf`` and summarise what happened (JSON).
+
+Each arm starts the real command line (``python -m envkit.trainers.cli openrlhf [--cpu] ... -- <OpenRLHF flags>``)
+on a tiny random Llama (byte tokenizer, ~0.5M parameters, saved locally: no download), then reads the run's own
+outputs: OpenRLHF's per-step status lines (``Global step N: {...}``), envkit's weight-check log
+(``envkit_weight_sync.jsonl``: per-tensor checksums of actor vs engine after every broadcast, probe log-probs) and
+the checkpoint folder. Peak memory is the largest sum of RSS over the run's process tree (sampled every 0.5 s).
+
+    python scripts/openrlhf_e2e.py --arm grpo_math --out runs/openrlhf_e2e            # CPU (adds --cpu)
+    python scripts/openrlhf_e2e.py --arm grpo_math --device cuda --out "$OUT/e2e"      # one GPU
+
+Arms: ``grpo_math`` (GRPO on envkit/Math-v0, 2 iterations, checkpoint every step, then a resumed run for one more
+iteration), ``gigpo_sero_toy`` (GraphGPO + SERO on envkit/Toy-v0), ``eden_math`` (EDEN prompt-embeds rows),
+``branch_toy`` (branching rollouts). Prints one JSON object per arm (also written to ``OUT/ARM/summary.json``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def tiny_llama(out: Path) -> Path:
+    """A randomly initialised 2-layer Llama over envkit's byte tokenizer, saved as a transformers folder."""
+    if (out / "config.json").exists():
+        return out
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from envkit.runtime.models import byte_tokenizer
+
+    tok = byte_tokenizer()
+    torch.manual_seed(0)
+    cfg = LlamaConfig(
+        vocab_size=len(tok), hidden_size=128, intermediate_size=256, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=1, max_position_embeddings=1024, tie_word_embeddings=False,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+    )  # fmt: skip
+    model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    out.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(out)
+    tok.save_pretrained(out)
+    return out
+
+
+ARMS: dict[str, dict[str, Any]] = {
+    "grpo_math": {
+        "ours": ["--explorer", "none", "--advantage", "grpo", "--env", "envkit/Math-v0"],
+        "prompt": "Q: {obs}\nA:",
+        "n": 4,
+        "resume": True,
+    },
+    "gigpo_sero_toy": {
+        "ours": ["--advantage", "graphgpo", "--sero", "--env", "envkit/Toy-v0", "--max-turns", "6"],
+        "prompt": "Move to the goal. {obs}\nAction:",
+        "n": 4,
+    },
+    "eden_math": {
+        "ours": ["--explorer", "eden", "--advantage", "grpo", "--env", "envkit/Math-v0", "--eden-anchors", "60,70,80"],
+        "prompt": "Q: {obs}\nA:",
+        "n": 4,
+    },
+    "branch_toy": {
+        "ours": ["--explorer", "branch", "--advantage", "graphgpo", "--env", "envkit/Toy-v0", "--max-turns", "4"],
+        "prompt": "Move to the goal. {obs}\nAction:",
+        "n": 4,
+    },
+}
+
+
+def openrlhf_flags(model: Path, data: Path, ckpt: Path, n: int, device: str, steps_prompts: int) -> list[str]:
+    flags = [
+        "--actor.model_name_or_path", str(model), "--data.prompt_dataset", str(data), "--data.input_key", "input",
+        "--data.label_key", "label", "--data.max_len", "256", "--rollout.max_new_tokens", "24",
+        "--rollout.batch_size", "2", "--rollout.n_samples_per_prompt", str(n), "--rollout.micro_batch_size", "4",
+        "--train.batch_size", str(2 * n), "--train.micro_batch_size", "4", "--train.num_episodes", "1",
+        "--data.max_samples", str(steps_prompts), "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "1",
+        "--ref.num_gpus_per_node", "1", "--vllm.num_engines", "1", "--vllm.tensor_parallel_size", "1",
+        "--train.colocate_all", "--vllm.enforce_eager", "--vllm.gpu_memory_utilization", "0.3",
+        "--ds.zero_stage", "2", "--ds.param_dtype", "bf16", "--actor.adam.lr", "1e-3", "--actor.lr_warmup_ratio", "0",
+        "--actor.entropy_coef", "0.01", "--algo.kl.use_loss", "--algo.kl.init_coef", "0.01",
+        "--algo.kl.estimator", "k3", "--ckpt.output_dir", str(ckpt), "--ckpt.path", str(ckpt / "ds"),
+        "--ckpt.save_steps", "1", "--logger.logging_steps", "1", "--train.seed", "0",
+    ]  # fmt: skip
+    if device == "cpu":
+        flags += ["--ds.attn_implementation", "eager"]
+    return flags
+
+
+def write_tasks(path: Path, prompt: str, count: int) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for seed in range(count):
+            f.write(json.dumps({"input": prompt, "label": json.dumps({"seed": seed})}) + "\n")
+    return path
+
+
+def _tree_rss(pid: int) -> int:
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for p in procs:
+        try:
+            total += p.memory_info().rss
+        except psutil.Error:
+            pass
+    return total
+
+
+def launch(cmd: list[str], log: Path, env: dict[str, str], timeout: float) -> dict[str, Any]:
+    """Run ``cmd`` with output to ``log``; returns rc, wall seconds, peak tree RSS (GiB)."""
+    peak = [0]
+    t = time.perf_counter()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
+        done = threading.Event()
+
+        def sample() -> None:
+            while not done.wait(0.5):
+                peak[0] = max(peak[0], _tree_rss(proc.pid))
+
+        threading.Thread(target=sample, daemon=True).start()
+        try:
+            rc = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, 9)
+            rc = -9
+        done.set()
+    return {"rc": rc, "wall_s": round(time.perf_counter() - t, 1), "peak_rss_gib": round(peak[0] / 2**30, 2)}
+
+
+_STEP = re.compile(r"Global step (\d+): (\{.*\})")
+
+
+def parse_steps(text: str) -> list[dict[str, Any]]:
+    """OpenRLHF's per-step status dicts (``Global step N: {...}``), in order."""
+    steps = []
+    for m in _STEP.finditer(text):
+        try:
+            status = ast.literal_eval(m.group(2))
+        except (ValueError, SyntaxError):
+            continue
+        steps.append({"step": int(m.group(1)), **{k: v for k, v in status.items() if isinstance(v, (int, float))}})
+    return steps
+
+
+def read_syncs(ckpt: Path) -> list[dict[str, Any]]:
+    path = ckpt / "envkit_weight_sync.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def run_arm(arm: str, out: Path, device: str, timeout: float, iterations: int = 2) -> dict[str, Any]:
+    spec = ARMS[arm]
+    work = out / arm
+    work.mkdir(parents=True, exist_ok=True)
+    model = tiny_llama(out / "tiny_llama")
+    n = int(spec["n"])
+    data = write_tasks(work / "tasks.jsonl", spec["prompt"], 64)
+    ckpt = work / "ckpt"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(":")}
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env.setdefault("TOKENIZERS_PARALLELISM", "false")
+    env.setdefault("HF_HUB_OFFLINE", "1")
+    env["ENVKIT_RAY_TMPDIR"] = str(Path(os.environ.get("ENVKIT_RAY_TMPDIR_ROOT", "/tmp")) / f"ekray-{arm}-{os.getpid()}")
+    cpu = ["--cpu"] if device == "cpu" else []
+    base = [sys.executable, "-m", "envkit.trainers.cli", "openrlhf", *cpu, *spec["ours"], "--"]
+    flags = openrlhf_flags(model, data, ckpt, n, device, steps_prompts=2 * iterations)
+    summary: dict[str, Any] = {"arm": arm, "device": device, "command": " ".join(base[3:] + flags)}
+    first = launch([*base, *flags], work / "run.log", env, timeout)
+    text = (work / "run.log").read_text(errors="replace")
+    summary["run"] = {**first, "steps": parse_steps(text), "syncs": read_syncs(ckpt)}
+    summary["run"]["cpu_shim_lines"] = sum("[envkit cpu-shim" in line for line in text.splitlines())
+    summary["checkpoints"] = sorted(p.name for p in (ckpt / "ds").glob("*")) if (ckpt / "ds").exists() else []
+    if spec.get("resume") and first["rc"] == 0:
+        flags2 = openrlhf_flags(model, data, ckpt, n, device, steps_prompts=2 * (iterations + 1))
+        flags2 += ["--ckpt.load_enable"]
+        n_syncs = len(summary["run"]["syncs"])
+        second = launch([*base, *flags2], work / "resume.log", env, timeout)
+        text2 = (work / "resume.log").read_text(errors="replace")
+        summary["resume"] = {**second, "steps": parse_steps(text2), "syncs": read_syncs(ckpt)[n_syncs:]}
+    (work / "summary.json").write_text(json.dumps(summary, indent=1))
+    return summary
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--arm", action="append", choices=sorted(ARMS), help="arm(s) to run (default: grpo_math)")
+    ap.add_argument("--out", type=Path, default=REPO / "runs" / "openrlhf_e2e")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per launched run")
+    args = ap.parse_args(argv)
+    ok = True
+    for arm in args.arm or ["grpo_math"]:
+        summary = run_arm(arm, args.out, args.device, args.timeout)
+        print(json.dumps(summary))
+        ok &= summary["run"]["rc"] == 0 and summary.get("resume", {"rc": 0})["rc"] == 0
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
