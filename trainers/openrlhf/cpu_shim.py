@@ -135,7 +135,12 @@ def _patch_openrlhf() -> None:
     if not getattr(init, "envkit_cpu", False):
 
         def cpu_init(self: Any, *args: Any, **kwargs: Any) -> None:
-            init(self, *args, **kwargs)
+            current = torch.cuda.current_device
+            torch.cuda.current_device = lambda: 0  # only so that its "cuda:{n}" string parses; replaced below
+            try:
+                init(self, *args, **kwargs)
+            finally:
+                torch.cuda.current_device = current
             self.target_device = torch.device("cpu")
 
         cpu_init.envkit_cpu = True  # type: ignore[attr-defined]

@@ -68,7 +68,9 @@ class EnvkitPPOTrainer(PPOTrainer.__ray_actor_class__):  # type: ignore[name-def
     # ----- the weight check after every broadcast (envkit.trainers.openrlhf.weight_check) -------------------------
     def fit(self, global_step: int = 0) -> None:
         if self.envkit_config.verify_weights and self.vllm_engines:
-            self._envkit_sync_log({"event": "start", **self._envkit_actor_state()})
+            state = self._envkit_actor_state()
+            self._envkit_last_sums = state.pop("checksums")
+            self._envkit_sync_log({"event": "start", **state})
         super().fit(global_step)
 
     def broadcast_to_vllm(self) -> None:
@@ -99,6 +101,7 @@ class EnvkitPPOTrainer(PPOTrainer.__ray_actor_class__):  # type: ignore[name-def
             "changed_since_last": changed(prev, sums) if prev is not None else None,
             "engine_equal": not any(bad.values()),
             "engine_versions": [got["version"] for got in engines],
+            "actor_digest": state["actor_digest"],
             "actor_probe_logprob": state["probe_logprob"],
             "engine_probe_logprob": [_mean(p) for p in probes],
             "broadcast_s": round(broadcast_s, 3),
@@ -123,8 +126,7 @@ class EnvkitPPOTrainer(PPOTrainer.__ray_actor_class__):  # type: ignore[name-def
             for h in self.actor_model_group._actor_handlers  # every rank: ZeRO-3 gathers collectively
         ]
         state = ray.get(refs)[0]
-        if not hasattr(self, "_envkit_last_sums"):
-            self._envkit_last_sums = state["checksums"]
+        state["actor_digest"] = digest(state["checksums"])
         return state
 
     def _envkit_sync_log(self, entry: dict[str, Any]) -> None:
@@ -144,6 +146,13 @@ class EnvkitPPOTrainer(PPOTrainer.__ray_actor_class__):  # type: ignore[name-def
             "config": self.envkit_config.to_json(),
             "max_steps": self.max_steps,
         }
+
+
+def digest(sums: dict[str, Any]) -> str:
+    """A short hash of all per-tensor checksums (the same weights give the same digest)."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(sorted((k, list(v[2])) for k, v in sums.items())).encode()).hexdigest()[:16]
 
 
 def _mean(values: list[float]) -> float | None:
