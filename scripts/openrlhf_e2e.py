@@ -4,7 +4,7 @@ Each arm starts the real command line (``python -m envkit.trainers.cli openrlhf 
 on a tiny random Llama (byte tokenizer, ~0.5M parameters, saved locally: no download), then reads the run's own
 outputs: OpenRLHF's per-step status lines (``Global step N: {...}``), envkit's weight-check log
 (``envkit_weight_sync.jsonl``: per-tensor checksums of actor vs engine after every broadcast, probe log-probs) and
-the checkpoint folder. Peak memory is the largest sum of RSS over the run's process tree (sampled every 0.5 s).
+the checkpoint folder. Peak memory: the largest sums of RSS and of PSS over the run's process tree (sampled every second).
 
     python scripts/openrlhf_e2e.py --arm grpo_math --out runs/openrlhf_e2e            # CPU (adds --cpu)
     python scripts/openrlhf_e2e.py --arm grpo_math --device cuda --out "$OUT/e2e"      # one GPU
@@ -106,34 +106,39 @@ def write_tasks(path: Path, prompt: str, count: int) -> Path:
     return path
 
 
-def _tree_rss(pid: int) -> int:
+def _tree_memory(pid: int) -> tuple[int, int]:
+    """(sum of RSS, sum of PSS) over the process tree of ``pid`` (PSS splits shared pages such as torch's
+    libraries between the processes that map them; RSS counts them in each)."""
     import psutil
 
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
     except psutil.Error:
-        return 0
-    total = 0
+        return 0, 0
+    rss = pss = 0
     for p in procs:
         try:
-            total += p.memory_info().rss
+            info = p.memory_full_info()
+            rss += info.rss
+            pss += getattr(info, "pss", info.rss)
         except psutil.Error:
             pass
-    return total
+    return rss, pss
 
 
 def launch(cmd: list[str], log: Path, env: dict[str, str], timeout: float) -> dict[str, Any]:
-    """Run ``cmd`` with output to ``log``; returns rc, wall seconds, peak tree RSS (GiB)."""
-    peak = [0]
+    """Run ``cmd`` with output to ``log``; returns rc, wall seconds, peak tree RSS and PSS (GiB)."""
+    peak = [0, 0]
     t = time.perf_counter()
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
         done = threading.Event()
 
         def sample() -> None:
-            while not done.wait(0.5):
-                peak[0] = max(peak[0], _tree_rss(proc.pid))
+            while not done.wait(1.0):
+                rss, pss = _tree_memory(proc.pid)
+                peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
 
         threading.Thread(target=sample, daemon=True).start()
         try:
@@ -142,7 +147,11 @@ def launch(cmd: list[str], log: Path, env: dict[str, str], timeout: float) -> di
             os.killpg(proc.pid, 9)
             rc = -9
         done.set()
-    return {"rc": rc, "wall_s": round(time.perf_counter() - t, 1), "peak_rss_gib": round(peak[0] / 2**30, 2)}
+    gib = 2**30
+    return {
+        "rc": rc, "wall_s": round(time.perf_counter() - t, 1), "peak_rss_sum_gib": round(peak[0] / gib, 2),
+        "peak_pss_gib": round(peak[1] / gib, 2),
+    }  # fmt: skip
 
 
 _STEP = re.compile(r"Global step (\d+): (\{.*\})")
@@ -203,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--arm", action="append", choices=sorted(ARMS), help="arm(s) to run (default: grpo_math)")
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "openrlhf_e2e")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    ap.add_argument("--timeout", type=float, default=900.0, help="seconds per launched run")
+    ap.add_argument("--timeout", type=float, default=1500.0, help="seconds per launched run")
     args = ap.parse_args(argv)
     ok = True
     for arm in args.arm or ["grpo_math"]:
