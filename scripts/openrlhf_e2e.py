@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import ast
+import itertools
 import json
+import math
 import os
 import re
 import subprocess
@@ -186,7 +188,9 @@ def run_arm(arm: str, out: Path, device: str, timeout: float, iterations: int = 
     env.setdefault("OMP_NUM_THREADS", "1")
     env.setdefault("TOKENIZERS_PARALLELISM", "false")
     env.setdefault("HF_HUB_OFFLINE", "1")
-    env["ENVKIT_RAY_TMPDIR"] = str(Path(os.environ.get("ENVKIT_RAY_TMPDIR_ROOT", "/tmp")) / f"ekray-{arm}-{os.getpid()}")
+    env["ENVKIT_RAY_TMPDIR"] = str(
+        Path(os.environ.get("ENVKIT_RAY_TMPDIR_ROOT", "/tmp")) / f"ekray-{arm}-{os.getpid()}"
+    )
     cpu = ["--cpu"] if device == "cpu" else []
     base = [sys.executable, "-m", "envkit.trainers.cli", "openrlhf", *cpu, *spec["ours"], "--"]
     flags = openrlhf_flags(model, data, ckpt, n, device, steps_prompts=2 * iterations)
@@ -207,19 +211,88 @@ def run_arm(arm: str, out: Path, device: str, timeout: float, iterations: int = 
     return summary
 
 
+#: Per-arm evidence that the arm's method reached the update (OpenRLHF status keys that must be > 0 in some step).
+ARM_KEYS = {
+    "gigpo_sero_toy": ("envkit/sero_oracle_share",),
+    "eden_math": ("envkit/eden_noisy_share",),
+    "branch_toy": ("envkit/branch_forks",),
+}
+
+
+def problems(summary: dict[str, Any], iterations: int = 2) -> list[str]:
+    """What the arm's outputs violate (empty: every check of the module doc holds)."""
+    out: list[str] = []
+    for part in ("run", "resume"):
+        run = summary.get(part)
+        if run is None:
+            continue
+        if run["rc"] != 0:
+            out.append(f"{part}: rc {run['rc']}")
+            continue
+        steps = run["steps"]
+        want = iterations if part == "run" else 1
+        if len(steps) < want:
+            out.append(f"{part}: {len(steps)} steps < {want}")
+        for st in steps:
+            for key in ("policy_loss", "kl"):
+                if not isinstance(st.get(key), (int, float)) or not math.isfinite(st[key]):
+                    out.append(f"{part} step {st['step']}: {key} {st.get(key)!r} is not finite")
+        syncs = [e for e in run["syncs"] if e["event"] == "sync"]
+        if len(syncs) < want:
+            out.append(f"{part}: {len(syncs)} weight checks < {want}")
+        start = next((e for e in run["syncs"] if e["event"] == "start"), None)
+        version = 0
+        probes = [start["probe_logprob"]] if start else []
+        for e in syncs:
+            if not e["engine_equal"]:
+                out.append(f"{part} sync {e['sync']}: engine weights differ from the actor's")
+            if e["engine_versions"][0] <= version:
+                out.append(f"{part} sync {e['sync']}: engine weight version did not move ({e['engine_versions']})")
+            version = e["engine_versions"][0]
+            actor, engine = e["actor_probe_logprob"], e["engine_probe_logprob"][0]
+            if abs(engine - actor) > 0.05 * abs(actor):
+                out.append(f"{part} sync {e['sync']}: probe log-prob engine {engine} vs actor {actor}")
+            probes.append(actor)
+        trained = syncs if part == "run" else syncs[1:]  # a resumed run's first broadcast restores, not trains
+        for e in trained:
+            if not e["changed_since_last"]:
+                out.append(f"{part} sync {e['sync']}: the update changed no actor tensor")
+        moved = probes if part == "run" else probes[1:]
+        if any(a == b for a, b in itertools.pairwise(moved)):
+            out.append(f"{part}: the probe log-prob did not move with every update: {moved}")
+    for key in ARM_KEYS.get(summary["arm"], ()):
+        if not any(st.get(key, 0) > 0 for st in summary["run"]["steps"]):
+            out.append(f"{key} never > 0: the arm's rows did not reach the update")
+    resumed = summary.get("resume")
+    if resumed is not None and resumed["rc"] == 0:
+        last = [e for e in summary["run"]["syncs"] if e["event"] == "sync"][-1]
+        start = next((e for e in resumed["syncs"] if e["event"] == "start"), {})
+        if start.get("actor_digest") != last["actor_digest"]:
+            out.append("resume: the restored weights are not the trained ones (digest differs)")
+        if [st["step"] for st in resumed["steps"]] != [iterations + 1]:
+            out.append(f"resume: steps {[st['step'] for st in resumed['steps']]}, expected [{iterations + 1}]")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arm", action="append", choices=sorted(ARMS), help="arm(s) to run (default: grpo_math)")
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "openrlhf_e2e")
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--timeout", type=float, default=1500.0, help="seconds per launched run")
+    ap.add_argument("--check", type=Path, help="only check the summaries (JSON lines) in this file")
     args = ap.parse_args(argv)
-    ok = True
-    for arm in args.arm or ["grpo_math"]:
-        summary = run_arm(arm, args.out, args.device, args.timeout)
-        print(json.dumps(summary))
-        ok &= summary["run"]["rc"] == 0 and summary.get("resume", {"rc": 0})["rc"] == 0
-    return 0 if ok else 1
+    if args.check:
+        summaries = [json.loads(line) for line in args.check.read_text().splitlines() if line.startswith("{")]
+    else:
+        summaries = []
+        for arm in args.arm or ["grpo_math"]:
+            summaries.append(run_arm(arm, args.out, args.device, args.timeout))
+            print(json.dumps(summaries[-1]), flush=True)
+    bad = {s["arm"]: problems(s) for s in summaries}
+    for arm, found in bad.items():
+        print(f"{arm}: {'ok' if not found else 'FAILED: ' + '; '.join(found)}", file=sys.stderr)
+    return 0 if summaries and not any(bad.values()) else 1
 
 
 if __name__ == "__main__":

@@ -69,7 +69,9 @@ class CpuWorkerWrap(EnvkitWorkerWrap):
     def update_weight(self, name: str, dtype: Any, shape: Any, empty_cache: bool = False) -> None:
         want = self.model_config.dtype  # type: ignore[attr-defined]
         if dtype != want:
-            raise RuntimeError(f"weight {name}: actor sends {dtype}, the engine holds {want}; use --ds.param_dtype bf16")
+            raise RuntimeError(
+                f"weight {name}: actor sends {dtype}, the engine holds {want}; use --ds.param_dtype bf16"
+            )
         weight = torch.empty(shape, dtype=dtype, device="cpu")
         self._model_update_group.broadcast(weight, src=0)
         self.model_runner.model.load_weights(weights=[(name, weight)])  # type: ignore[attr-defined]

@@ -73,8 +73,11 @@ def stub_flash_attn() -> None:
     names = {
         "flash_attn": {"__version__": "0.0.0-envkit-cpu-stub", "ENVKIT_STUB": True},
         "flash_attn.bert_padding": {
-            "index_first_axis": cuda_only, "pad_input": cuda_only, "unpad_input": cuda_only, "rearrange": rearrange,
-        },  # fmt: skip
+            "index_first_axis": cuda_only,
+            "pad_input": cuda_only,
+            "unpad_input": cuda_only,
+            "rearrange": rearrange,
+        },
         "flash_attn.utils": {},
         "flash_attn.utils.distributed": {"all_gather": cuda_only},
     }

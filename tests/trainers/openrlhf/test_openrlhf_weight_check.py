@@ -106,7 +106,9 @@ def test_a_tensor_that_did_not_land_is_reported_by_name(llama, corrupt):
     engine = _engine_like(llama)
     w = engine.get_submodule(corrupt).weight
     with torch.no_grad():
-        w[-2 if corrupt.endswith(("qkv_proj", "gate_up_proj")) else 0].fill_(float("nan"))  # garbage where the broadcast should have written
+        w[-2 if corrupt.endswith(("qkv_proj", "gate_up_proj")) else 0].fill_(
+            float("nan")
+        )  # garbage where the broadcast should have written
     bad = _check(llama, engine)
     assert len(bad) == 1, bad
     want = {"model.layers.1.self_attn.qkv_proj": "v_proj", "model.layers.0.mlp.gate_up_proj": "up_proj"}
