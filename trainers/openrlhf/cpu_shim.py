@@ -220,3 +220,19 @@ def ray_init_kwargs(runtime_env: dict[str, Any]) -> dict[str, Any]:
         "_temp_dir": tmp,
         "address": "local",
     }
+
+
+def start_ray(kwargs: dict[str, Any], attempts: int = 3) -> None:
+    """``ray.init(**kwargs)``, retried: on a busy machine Ray's raylet can miss its fixed 30 s start-up window
+    ("The current node timed out during startup")."""
+    import ray
+
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(**kwargs)
+            return
+        except Exception as exc:  # Ray raises a bare Exception for this
+            if "timed out during startup" not in str(exc) or attempt == attempts:
+                raise
+            log(f"Ray did not start in time (attempt {attempt} of {attempts}); retrying")
+            ray.shutdown()

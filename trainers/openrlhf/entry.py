@@ -201,7 +201,7 @@ def run(config: BackendConfig, flags: Sequence[str]) -> None:
         if config.cpu:
             kwargs = cpu_shim.ray_init_kwargs(ray_runtime_env(config))
             print(f"envkit-train openrlhf --cpu: private Ray in {kwargs['_temp_dir']}", file=sys.stderr, flush=True)
-            ray.init(**kwargs)
+            cpu_shim.start_ray(kwargs)
         else:
             ray.init(runtime_env=ray_runtime_env(config))
         started = True
