@@ -67,6 +67,8 @@ ARMS: dict[str, dict[str, Any]] = {
         "ours": ["--advantage", "graphgpo", "--sero", "--env", "envkit/Toy-v0", "--max-turns", "6"],
         "prompt": "Move to the goal. {obs}\nAction:",
         "n": 4,
+        "max_len": 1024,  # byte tokens: a Toy observation is ~100 tokens a turn
+        "new_tokens": 8,
     },
     "eden_math": {
         "ours": ["--explorer", "eden", "--advantage", "grpo", "--env", "envkit/Math-v0", "--eden-anchors", "60,70,80"],
@@ -77,14 +79,25 @@ ARMS: dict[str, dict[str, Any]] = {
         "ours": ["--explorer", "branch", "--advantage", "graphgpo", "--env", "envkit/Toy-v0", "--max-turns", "4"],
         "prompt": "Move to the goal. {obs}\nAction:",
         "n": 4,
+        "max_len": 1024,  # byte tokens: a Toy observation is ~100 tokens a turn
+        "new_tokens": 8,
     },
 }
 
 
-def openrlhf_flags(model: Path, data: Path, ckpt: Path, n: int, device: str, steps_prompts: int) -> list[str]:
+def openrlhf_flags(
+    model: Path,
+    data: Path,
+    ckpt: Path,
+    n: int,
+    device: str,
+    steps_prompts: int,
+    max_len: int = 256,
+    new_tokens: int = 24,
+) -> list[str]:
     flags = [
         "--actor.model_name_or_path", str(model), "--data.prompt_dataset", str(data), "--data.input_key", "input",
-        "--data.label_key", "label", "--data.max_len", "256", "--rollout.max_new_tokens", "24",
+        "--data.label_key", "label", "--data.max_len", str(max_len), "--rollout.max_new_tokens", str(new_tokens),
         "--rollout.batch_size", "2", "--rollout.n_samples_per_prompt", str(n), "--rollout.micro_batch_size", "4",
         "--train.batch_size", str(2 * n), "--train.micro_batch_size", "4", "--train.num_episodes", "1",
         "--data.max_samples", str(steps_prompts), "--actor.num_nodes", "1", "--actor.num_gpus_per_node", "1",
@@ -193,7 +206,8 @@ def run_arm(arm: str, out: Path, device: str, timeout: float, iterations: int = 
     )
     cpu = ["--cpu"] if device == "cpu" else []
     base = [sys.executable, "-m", "envkit.trainers.cli", "openrlhf", *cpu, *spec["ours"], "--"]
-    flags = openrlhf_flags(model, data, ckpt, n, device, steps_prompts=2 * iterations)
+    sizes = {"max_len": int(spec.get("max_len", 256)), "new_tokens": int(spec.get("new_tokens", 24))}
+    flags = openrlhf_flags(model, data, ckpt, n, device, steps_prompts=2 * iterations, **sizes)
     summary: dict[str, Any] = {"arm": arm, "device": device, "command": " ".join(base[3:] + flags)}
     first = launch([*base, *flags], work / "run.log", env, timeout)
     text = (work / "run.log").read_text(errors="replace")
@@ -201,7 +215,7 @@ def run_arm(arm: str, out: Path, device: str, timeout: float, iterations: int = 
     summary["run"]["cpu_shim_lines"] = sum("[envkit cpu-shim" in line for line in text.splitlines())
     summary["checkpoints"] = sorted(p.name for p in (ckpt / "ds").glob("*")) if (ckpt / "ds").exists() else []
     if spec.get("resume") and first["rc"] == 0:
-        flags2 = openrlhf_flags(model, data, ckpt, n, device, steps_prompts=2 * (iterations + 1))
+        flags2 = openrlhf_flags(model, data, ckpt, n, device, steps_prompts=2 * (iterations + 1), **sizes)
         flags2 += ["--ckpt.load_enable"]
         n_syncs = len(summary["run"]["syncs"])
         second = launch([*base, *flags2], work / "resume.log", env, timeout)
