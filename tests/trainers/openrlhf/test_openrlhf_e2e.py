@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
+import tempfile
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -42,12 +45,20 @@ def _script() -> Any:
 
 
 @pytest.fixture(scope="module")
-def e2e(tmp_path_factory: pytest.TempPathFactory, openrlhf_imports: Any) -> Any:
+def e2e(tmp_path_factory: pytest.TempPathFactory, openrlhf_imports: Any) -> Iterator[Any]:
     if not openrlhf_imports.real_vllm:
         pytest.skip("real vLLM not installed (.ci/install.d/35-vllm.sh)")
     out = tmp_path_factory.mktemp("openrlhf_e2e")
-    os.environ.setdefault("ENVKIT_RAY_TMPDIR_ROOT", str(out))
-    return _script(), out
+    # Ray's socket paths must stay under 108 bytes: its temp dirs go to a short folder, removed afterwards
+    ray_root = tempfile.mkdtemp(prefix="ekray", dir="/tmp")
+    old = os.environ.get("ENVKIT_RAY_TMPDIR_ROOT")
+    os.environ["ENVKIT_RAY_TMPDIR_ROOT"] = ray_root
+    yield _script(), out
+    if old is None:
+        os.environ.pop("ENVKIT_RAY_TMPDIR_ROOT", None)
+    else:
+        os.environ["ENVKIT_RAY_TMPDIR_ROOT"] = old
+    shutil.rmtree(ray_root, ignore_errors=True)
 
 
 def _report(summary: dict[str, Any]) -> None:
