@@ -25,8 +25,8 @@ import importlib.util
 import os
 import shutil
 import tempfile
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
