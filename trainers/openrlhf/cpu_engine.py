@@ -40,7 +40,7 @@ def keep_unpacked_weights(layer: torch.nn.Module, remove_weight: bool) -> None:
     if weight is None or weight.is_meta or weight.ndim != 2:
         _original_dispatch(layer, remove_weight)
         return
-    layer.cpu_linear = torch.nn.functional.linear
+    setattr(layer, "cpu_linear", torch.nn.functional.linear)  # noqa: B010  (a plain attribute vLLM reads)
 
 
 vllm_layer_utils.dispatch_cpu_unquantized_gemm = keep_unpacked_weights

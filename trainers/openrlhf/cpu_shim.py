@@ -70,7 +70,7 @@ def stub_flash_attn() -> None:
 
     from einops import rearrange  # flash_attn.bert_padding re-exports it; OpenRLHF imports it from there
 
-    names = {
+    names: dict[str, dict[str, Any]] = {
         "flash_attn": {"__version__": "0.0.0-envkit-cpu-stub", "ENVKIT_STUB": True},
         "flash_attn.bert_padding": {
             "index_first_axis": cuda_only,
@@ -123,10 +123,10 @@ def gloo_group(master_address: str, master_port: int, rank: int, world_size: int
 def _patch_torch_cuda() -> None:
     import torch
 
-    torch.cuda.set_device = lambda *a, **k: None
-    torch.cuda.current_device = lambda: "cpu"
-    torch.cuda.synchronize = lambda *a, **k: None
-    torch.cuda.current_stream = lambda *a, **k: None
+    setattr(torch.cuda, "set_device", lambda *a, **k: None)  # noqa: B010 (deliberate replacements, see above)
+    setattr(torch.cuda, "current_device", lambda: "cpu")  # noqa: B010
+    setattr(torch.cuda, "synchronize", lambda *a, **k: None)  # noqa: B010
+    setattr(torch.cuda, "current_stream", lambda *a, **k: None)  # noqa: B010
 
 
 def _patch_openrlhf() -> None:
@@ -139,11 +139,11 @@ def _patch_openrlhf() -> None:
 
         def cpu_init(self: Any, *args: Any, **kwargs: Any) -> None:
             current = torch.cuda.current_device
-            torch.cuda.current_device = lambda: 0  # only so that its "cuda:{n}" string parses; replaced below
+            setattr(torch.cuda, "current_device", lambda: 0)  # noqa: B010  (only so that "cuda:{n}" parses)
             try:
                 init(self, *args, **kwargs)
             finally:
-                torch.cuda.current_device = current
+                setattr(torch.cuda, "current_device", current)  # noqa: B010
             self.target_device = torch.device("cpu")
 
         cpu_init.envkit_cpu = True  # type: ignore[attr-defined]

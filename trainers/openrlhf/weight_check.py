@@ -109,7 +109,7 @@ def actor_checksums(model: torch.nn.Module, zero3: bool = False) -> dict[str, tu
     out = {}
     for name, p in model.named_parameters():
         with deepspeed.zero.GatheredParameters([p], enabled=zero3):
-            shape = list(p.ds_shape) if zero3 else list(p.shape)
+            shape = list(getattr(p, "ds_shape", p.shape)) if zero3 else list(p.shape)
             out[name] = (str(p.dtype).removeprefix("torch."), shape, list(checksum(p.data)))
     return out
 
