@@ -74,6 +74,17 @@ if [ -n "$missing" ]; then
 fi
 timeout "${DEVICE_CHECK_TIMEOUT:-470}" "$PY" scripts/device_check.py --out "$OUT/device_check.json" "$@"
 rc=$?
+# OpenRLHF end to end on CUDA (scripts/openrlhf_e2e.py --device cuda, the GRPO arm with its resume): only where
+# vllm, openrlhf, deepspeed and ray import (not on the lent machine as described above; then it says so).
+# EXPECTED (written before any GPU run): rc 0, >= 2 "Global step" lines, every envkit_weight_sync.jsonl line
+# "engine_equal": true (see scripts/gpu_smoke.sh, step 2b).
+if "$PY" -c "import vllm, openrlhf, deepspeed, ray" >/dev/null 2>&1; then
+  timeout "${E2E_TIMEOUT:-900}" "$PY" scripts/openrlhf_e2e.py --device cuda --arm grpo_math --out "$OUT/e2e" \
+    --timeout 420 > "$OUT/e2e.jsonl" 2> "$OUT/e2e.err"
+  echo "openrlhf_e2e (cuda) rc=$?; $(tail -1 "$OUT/e2e.err")"
+else
+  echo "openrlhf_e2e (cuda): not run, vllm/openrlhf/deepspeed/ray do not import here" | tee "$OUT/e2e.err"
+fi
 rm -rf "$OUT/.site"
 echo "device_check rc=$rc; results in $OUT/device_check.json"
 exit $rc

@@ -9,6 +9,7 @@
 #    prompt + anchor token; with rho = 0.12 the output is reported (it usually differs).
 # 2. one tiny training step per explorer (none, eden, xrpo) through 'envkit-train openrlhf' on envkit/Toy-v0
 #    (1 GPU, everything colocated, 4 prompts x 4 rollouts), then GiGPO + SERO with no explorer.
+# 2b. scripts/openrlhf_e2e.py --device cuda: 2+ real iterations per arm with the per-tensor weight check (below).
 # 3. scripts/bench_explorers.py with the local trainer on CUDA (Math-v0, 256-token responses): XRPO's step
 #    time relative to GRPO at a realistic length (reported in bench_explorers.json, not a pass/fail check).
 # Prints one JSON summary line at the end; exit code 0 only if every check passed.
@@ -92,6 +93,19 @@ run_step eden --explorer eden --advantage grpo --eden-anchors "$ANCHORS"
 run_step xrpo --explorer xrpo --advantage grpo --xrpo.n0 2 --xrpo.icl-backend tfidf
 run_step gigpo_sero --explorer none --advantage gigpo --sero
 
+# ---- 2b. real train_ppo_ray iterations with the weight check (the CPU end-to-end arms, on CUDA) -------------------
+# scripts/openrlhf_e2e.py --device cuda: the same arms as tests/trainers/openrlhf/test_openrlhf_e2e.py without --cpu
+# (NCCL / CUDA-IPC weight sync, DeepSpeed on the GPU), on the script's tiny random Llama. EXPECTED (written before
+# any GPU run): every arm rc 0 with >= 2 "Global step" lines; every line of <arm>/ckpt/envkit_weight_sync.jsonl
+# with "engine_equal": true, "changed_since_last" > 0 after a training step, engine_versions increasing, and
+# engine_probe_logprob within 5% of actor_probe_logprob; grpo_math's resume run: its "start" actor_digest equal to
+# the first run's last one and one more step (3). A WeightSyncError in a log means the broadcast corrupted weights.
+timeout $((4 * STEP_TIMEOUT)) python scripts/openrlhf_e2e.py --device cuda --out "$OUT/e2e" --timeout "$STEP_TIMEOUT" \
+  --arm grpo_math --arm gigpo_sero_toy --arm eden_math --arm branch_toy > "$OUT/e2e.jsonl" 2> "$OUT/e2e.err"
+RC[e2e]=$?
+echo "openrlhf_e2e (cuda) rc=${RC[e2e]}: $(python scripts/openrlhf_e2e.py --check "$OUT/e2e.jsonl" 2>&1 | tail -5)"
+ray stop --force >/dev/null 2>&1 || true
+
 # ---- 3. explorer step time on the GPU (local trainer, realistic response lengths; informative, not a check) ----
 LOCAL_STEPS="${LOCAL_STEPS:-6}"
 timeout "$STEP_TIMEOUT" python scripts/bench_explorers.py --model "$MODEL" --device cuda --task envkit/Math-v0 \
@@ -102,6 +116,7 @@ echo "local bench_explorers rc=$?: $(head -c 300 "$OUT/bench_explorers.json")"
 
 all_ok=1
 [ "$emb_rc" = 0 ] && python -c "import json,sys; sys.exit(0 if json.load(open('$OUT/embeds.json'))['ok'] else 1)" || all_ok=0
-for k in "${!RC[@]}"; do [ "${RC[$k]}" = 0 ] && grep -q "Global step" "$OUT/train-$k.log" || all_ok=0; done
+for k in "${!RC[@]}"; do [ "$k" = e2e ] && continue; [ "${RC[$k]}" = 0 ] && grep -q "Global step" "$OUT/train-$k.log" || all_ok=0; done
+python scripts/openrlhf_e2e.py --check "$OUT/e2e.jsonl" >/dev/null 2>&1 || all_ok=0
 echo "{\"embeds_rc\": $emb_rc, \"train_rc\": {$(for k in "${!RC[@]}"; do printf '"%s": %s,' "$k" "${RC[$k]}"; done | sed 's/,$//')}, \"ok\": $all_ok}"
 [ "$all_ok" = 1 ]

@@ -17,6 +17,9 @@ see docs/openrlhf.md). Modules:
 - `trainer_actor`: the PPOTrainer Ray-actor subclass that puts the samples generator and experience maker in place.
 - `gym_executor`: the Gymnasium agent executor (one envkit episode per rollout); `sero_rows`: SERO oracle rows.
 - `agent_executor`: the file given to ``--train.agent_func_path`` (re-exports the executor).
+- `weight_check`: per-tensor checksums of actor vs engine weights after every broadcast (`WeightSyncError`).
+- `cpu_shim` / `cpu_engine`: ``--cpu`` only: the calls replaced so OpenRLHF trains without CUDA (trainer side /
+  vLLM engine side).
 
 Importing this package is light; the submodules that subclass OpenRLHF classes import openrlhf (and so vllm).
 """

@@ -115,6 +115,14 @@ class BackendConfig:
     eden_anchors: Annotated[tuple[int, ...], id_list("--eden-anchors")] = ()
     """Token ids of EDEN's anchor bank, comma-separated (or from ``eden_bank``); the engines read their embedding rows
     from the live weights."""
+    # --- hardware and checks ---
+    cpu: bool = False
+    """Run on CPUs only (no CUDA): loads the CPU shim (`envkit.trainers.openrlhf.cpu_shim`: DeepSpeed's CPU
+    accelerator with gloo, a gloo weight-sync group, vLLM CPU engines with unpacked linear weights, a flash_attn
+    import stub) in the driver and every Ray worker, and starts a private Ray with one logical GPU. Never on a GPU."""
+    verify_weights: bool = True
+    """After every weight broadcast, compare a checksum of every actor tensor with the engines' copy (in the synced
+    dtype) and stop the run when one differs (`envkit.trainers.openrlhf.weight_check`)."""
 
     def __post_init__(self) -> None:
         if self.explorer not in EXPLORERS:

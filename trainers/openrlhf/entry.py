@@ -197,10 +197,25 @@ def run(config: BackendConfig, flags: Sequence[str]) -> None:
     """Start Ray with the config, install the subclasses and run OpenRLHF's CLI module."""
     import ray
 
+    started = False
+    if config.cpu:
+        from envkit.trainers.openrlhf import cpu_shim
+
+        cpu_shim.activate()
     if not ray.is_initialized():
-        ray.init(runtime_env=ray_runtime_env(config))
+        if config.cpu:
+            kwargs = cpu_shim.ray_init_kwargs(ray_runtime_env(config))
+            print(f"envkit-train openrlhf --cpu: private Ray in {kwargs['_temp_dir']}", file=sys.stderr, flush=True)
+            cpu_shim.start_ray(kwargs)
+        else:
+            ray.init(runtime_env=ray_runtime_env(config))
+        started = True
     install(config)
-    _run_module([*flags])
+    try:
+        _run_module([*flags])
+    finally:
+        if started and config.cpu:
+            ray.shutdown()
 
 
 def _check_vllm() -> None:
@@ -222,11 +237,19 @@ def main(argv: list[str] | None = None) -> int:
         cmd = build_config(ours, theirs)
         try:
             flags = openrlhf_argv(theirs, executor_path=EXECUTOR_PATH, explorer=cmd.backend.explorer)
+            if cmd.backend.cpu:
+                from envkit.trainers.openrlhf.cpu_shim import cpu_flags
+
+                flags = cpu_flags(flags)
             _check_vllm()
         except (ArgvError, RuntimeError) as exc:
             fail(str(exc), prog=prog)
     except SystemExit as exc:  # --help (0) or an error already printed (2)
         return int(exc.code or 0)
+    if cmd.backend.cpu:
+        from envkit.trainers.openrlhf import cpu_shim
+
+        cpu_shim.activate()  # before openrlhf is imported (flash_attn stub), also for --dry-run
     if cmd.dry_run:
         args = resolve_openrlhf_args(flags)
         out = {"envkit": json.loads(cmd.backend.to_json()), "openrlhf": _plain(args), "argv": flags}

@@ -36,6 +36,8 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 WORKER_EXTENSION = "envkit.trainers.openrlhf.rollout_actor.EnvkitWorkerWrap"
+#: The CPU mode's worker extension (`envkit.trainers.openrlhf.cpu_engine`; only with ``--cpu``).
+CPU_WORKER_EXTENSION = "envkit.trainers.openrlhf.cpu_engine.CpuWorkerWrap"
 
 
 def embedding_rows(model: Any, token_ids: list[int]) -> torch.Tensor:
@@ -60,6 +62,14 @@ class EnvkitWorkerWrap(WorkerWrap):
     def envkit_embedding_rows(self, token_ids: list[int]) -> torch.Tensor:
         """(L, d) embedding rows of ``token_ids`` from this worker's live model (tensor-parallel safe)."""
         return embedding_rows(self.model_runner.model, token_ids)  # type: ignore[attr-defined]
+
+    def envkit_weight_checksums(self, specs: dict[str, tuple[str, list[int]]]) -> dict[str, Any]:
+        """Checksums of this worker's live copy of the actor's tensors ``{name: (dtype, shape)}``
+        (`envkit.trainers.openrlhf.weight_check.engine_checksums`)."""
+        from envkit.trainers.openrlhf.weight_check import engine_checksums
+
+        tp = int(getattr(getattr(self, "parallel_config", None), "tensor_parallel_size", 1) or 1)
+        return engine_checksums(self.model_runner.model, specs, tp)  # type: ignore[attr-defined]
 
     def envkit_load_weights(self, packed: list[tuple[str, str, list[int], bytes]]) -> int:
         """Load tensors packed by `pack_weights` (Hugging Face parameter names) into this worker's live model.
@@ -95,11 +105,12 @@ def unpack_weights(packed: list[tuple[str, str, list[int], bytes]]) -> list[tupl
 
 
 def engine_kwargs(kwargs: dict[str, Any], config: BackendConfig) -> dict[str, Any]:
-    """The engine kwargs envkit changes: prompt embeddings for EDEN, its worker extension."""
+    """The engine kwargs envkit changes: its worker extension (the CPU mode's with ``--cpu``; it reads embedding
+    rows for EDEN and checksums for the weight check), prompt embeddings for EDEN."""
     out = dict(kwargs)
+    out["worker_extension_cls"] = CPU_WORKER_EXTENSION if config.cpu else WORKER_EXTENSION
     if config.explorer == "eden":
         out["enable_prompt_embeds"] = True
-        out["worker_extension_cls"] = WORKER_EXTENSION
     return out
 
 
@@ -156,6 +167,12 @@ class EnvkitRolloutActor(RolloutRayActor.__ray_actor_class__):  # type: ignore[n
         done = await self.llm.collective_rpc("envkit_load_weights", args=(pack_weights(weights),))
         await self.llm.reset_prefix_cache()
         return int(done[0] if isinstance(done, list) else done)
+
+    async def weight_checksums(self, specs: dict[str, tuple[str, list[int]]]) -> dict[str, Any]:
+        """Rank 0's checksums of the live weights (`EnvkitWorkerWrap.envkit_weight_checksums`) and the weight
+        version (``{"tensors": {...}, "version": n}``)."""
+        got = await self.llm.collective_rpc("envkit_weight_checksums", args=(specs,))
+        return {"tensors": got[0] if isinstance(got, list) else got, "version": self._weight_version}
 
     # ----- EDEN --------------------------------------------------------------------------------------------
     async def embedding_rows(self, token_ids: list[int]) -> torch.Tensor:

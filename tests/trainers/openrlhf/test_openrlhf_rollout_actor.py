@@ -141,14 +141,16 @@ def test_a_groups_noisy_rollouts_read_prompt_and_anchor_rows_once(model):
     assert actor.llm.rpcs == 4  # a new weight version reads both again
 
 
-def test_engine_kwargs_turn_on_prompt_embeds_only_for_eden():
+def test_engine_kwargs_turn_on_prompt_embeds_only_for_eden_and_always_use_envkits_extension():
     from envkit.trainers.openrlhf.config import BackendConfig
     from envkit.trainers.openrlhf.rollout_actor import WORKER_EXTENSION, engine_kwargs
 
     base = {"model": "m", "worker_extension_cls": "openrlhf.trainer.ray.vllm_worker_wrap.WorkerWrap"}
     eden = engine_kwargs(base, BackendConfig(explorer="eden", n_samples_per_prompt=4, eden_anchors=(1,)))
     assert eden["enable_prompt_embeds"] is True and eden["worker_extension_cls"] == WORKER_EXTENSION
-    assert engine_kwargs(base, BackendConfig(n_samples_per_prompt=4)) == base
+    plain = engine_kwargs(base, BackendConfig(n_samples_per_prompt=4))
+    assert plain == {**base, "worker_extension_cls": WORKER_EXTENSION}  # always envkit's (weight checksums)
+    assert "enable_prompt_embeds" not in plain
     mod, _, cls = WORKER_EXTENSION.rpartition(".")
     import importlib
 
