@@ -116,17 +116,14 @@ def observation_hash(obs: Any, reward: SupportsFloat | None = None) -> str:
 class SnapshotEnvBase(gym.Env[str, str]):
     """Base class for envkit environments with free-text actions and observations.
 
-    Subclasses implement `_reset`, `_step`, `_snapshot` (return a picklable payload that later steps never
-    mutate) and `_restore` (return ``(obs, info)``); optionally `_discard` (then declare
-    ``SnapshotCapability(holds_resources=True)`` in ``metadata``). The public methods validate their
-    input and the episode state, then delegate. Step limits and histories belong inside the env (not in
-    gymnasium wrappers) so that they are part of the snapshot (rule 4).
-
-    Settings checks, for every subclass: a constructor keyword the class does not take raises
-    `envkit.errors.UnknownOptionError` naming the closest one (the ``__init__`` parameters, plus the fields of
-    `config_class` for envs that take their config as ``**options``); a `reset` option outside `reset_options`
-    does the same; a snapshot restores only into an env whose `state_settings` equal those of the env that took
-    it (``SnapshotError`` naming the settings that differ).
+    Subclasses implement `_reset`, `_step`, `_snapshot` (a picklable payload later steps never mutate) and
+    `_restore` (returns ``(obs, info)``); optionally `_discard` (then declare ``SnapshotCapability(holds_resources=
+    True)`` in ``metadata``). The public methods validate input and episode state, then delegate. Step limits and
+    histories belong inside the env (not in gymnasium wrappers) so that they are part of the snapshot (rule 4).
+    Settings checks, for every subclass: an unknown constructor keyword (``__init__`` parameters plus the fields of
+    `config_class` for envs taking ``**options``) or `reset` option (outside `reset_options`) raises
+    `envkit.errors.UnknownOptionError` naming the closest one; a snapshot restores only into an env whose
+    `state_settings` equal the taker's (``SnapshotError`` naming the settings that differ).
     """
 
     metadata: dict[str, Any] = {"render_modes": [], **SnapshotCapability().metadata()}

@@ -10,6 +10,13 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("envkit", "runtime", "envs", "oracles", "trainers", "serve", "interop")
 #: ARCHITECTURE.md, "House rules": "about 400 lines per module at most"; a little slack for "about".
 MAX_LINES = 420
+#: Modules allowed past it, each with its reason (debt to pay, listed so that it stays visible).
+OVER_LIMIT = {
+    # the SWE grading supervisor: one stdlib-only script copied into the sandbox and run as `python -I -B
+    # grade_session.py`, which puts no sibling module on sys.path; splitting it means shipping and path-loading
+    # several files inside the grader (issue 33, round three); left whole, 584 lines
+    "envs/swe/grade_session.py": 600,
+}
 
 
 def _modules() -> list[Path]:
@@ -34,5 +41,9 @@ def test_no_two_public_classes_share_a_name():
 
 
 def test_no_module_is_much_over_400_lines():
-    long = {str(p.relative_to(REPO)): n for p in _modules() if (n := len(p.read_text().splitlines())) > MAX_LINES}
+    long = {
+        rel: n
+        for p in _modules()
+        if (n := len(p.read_text().splitlines())) > OVER_LIMIT.get(rel := str(p.relative_to(REPO)), MAX_LINES)
+    }
     assert not long, f"modules over {MAX_LINES} lines: {long}; split them into modules named for what they do"

@@ -264,9 +264,9 @@ def test_sero_oracle_row_tokens_carry_the_shared_credit_times_the_weights(strate
     exp1 = [pol[2]] * 2 + [ora.weighted[0]] * 2 + [ora.weighted[1]] * 2
     torch.testing.assert_close(row0, torch.tensor(exp0, dtype=torch.float32), rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(row1, torch.tensor(exp1, dtype=torch.float32), rtol=1e-6, atol=1e-6)
-    assert ora.weights.tolist() == [np.exp(-0.5), np.exp(-0.5)]
+    assert ora.weights.tolist() == [1.0, np.exp(-0.5)]  # the paper's weighting: the first oracle action weighs 1
     assert float(got[0].info["envkit/sero_rescues"][0]) == 1.0
-    assert float(got[0].info["envkit/sero_mean_weight"][0]) == pytest.approx(np.exp(-0.5))
+    assert float(got[0].info["envkit/sero_mean_weight"][0]) == pytest.approx((1.0 + np.exp(-0.5)) / 2)
 
 
 @pytest.mark.parametrize("dual_clip", [None, 3.0])

@@ -86,7 +86,7 @@ def test_oracle_rows_replace_failed_rollouts(tokenizer, share, n_rows):
         want = cfg.sero_opts.reach.weights(loglik)
         assert [tr.loglik for tr in ora] == pytest.approx(loglik)
         assert [tr.weight for tr in ora] == pytest.approx(want.tolist())
-        assert want[0] == pytest.approx(np.exp(loglik[0])) and want[1] == pytest.approx(np.exp(loglik[0]))
+        assert want[0] == 1.0 and want[1] == pytest.approx(np.exp(loglik[0]))  # the paper's weighting: first = 1
         assert row["action_ranges"] == [(tr.start, tr.end) for tr in rec.turns]
         assert len(row["rollout_log_probs"]) == len(toks)
     for i, r in enumerate(records):
