@@ -113,7 +113,7 @@ def test_pool_rejects_bad_requests():
 def test_ray_pool_runs_and_recovers():
     pytest.importorskip("ray")
     factory = EnvFactory("envkit/Toy-v0", {"allow_crash": True})
-    with make_pool(factory, size=2, backend="ray", ray_init={"num_cpus": 2}) as pool:
+    with make_pool(factory, size=2, backend="ray", ray_init={"num_cpus": 2, "address": "local"}) as pool:
         trajs = rollout(ScriptedPolicy(_crash_on_t1), pool, TASKS[:3])
     assert [t.failed for t in trajs] == [False, True, False]
     assert trajs[0].success and trajs[2].success
