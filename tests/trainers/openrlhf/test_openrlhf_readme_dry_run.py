@@ -24,7 +24,9 @@ REPO = Path(__file__).resolve().parents[3]
 
 def _readme_commands(tmp_path: Path) -> list[list[str]]:
     text = (REPO / "README.md").read_text()
-    block = next(b for b in re.findall(r"```bash\n(.*?)```", text, re.S) if "envkit-train openrlhf" in b)
+    block = next(
+        b for b in re.findall(r"```bash\n(.*?)```", text, re.S) if re.search(r"^envkit-train openrlhf", b, re.M)
+    )
     script = tmp_path / "readme.sh"
     script.write_text(
         'n=0\nenvkit-train() { n=$((n+1)); printf "%s\\0" "$@" > "cmd_$n"; }\n' + block,
