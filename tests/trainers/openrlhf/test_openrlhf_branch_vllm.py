@@ -67,7 +67,14 @@ def actor(vllm_model, openrlhf_imports, webshop_data):
             }
         )
         old = vllm_engine.RolloutRayActor, os.environ.get(CONFIG_ENV)
-        ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, runtime_env=runtime_env, log_to_driver=False)
+        ray.init(
+            address="local",
+            num_cpus=2,
+            num_gpus=1,
+            include_dashboard=False,
+            runtime_env=runtime_env,
+            log_to_driver=False,
+        )
         try:
             install(cfg)
             engines = vllm_engine.create_vllm_engines(

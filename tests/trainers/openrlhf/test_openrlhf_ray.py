@@ -110,7 +110,9 @@ def test_run_wires_envkit_trainer_actor_into_openrlhf_train(gpu_stub_dir, tokeni
         }
     )
     old = ppo_trainer.PPOTrainer, vllm_engine.RolloutRayActor, os.environ.get(CONFIG_ENV)
-    ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, runtime_env=runtime_env, log_to_driver=False)
+    ray.init(
+        address="local", num_cpus=2, num_gpus=1, include_dashboard=False, runtime_env=runtime_env, log_to_driver=False
+    )
     try:
         # started first so that its worker imports while the driver path runs (2 cores: overlap the waits)
         rollout_actor = ray.remote(num_cpus=0)(_hf_rollout_actor_class()).remote(str(tokenizer_dir))

