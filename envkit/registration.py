@@ -65,6 +65,15 @@ class EnvEntry:
     needs_root: bool = False
 
 
+def _minishop(env_id: str, env_class: str, description: str) -> EnvEntry:
+    """A MiniShop variant's entry: every variant shares MiniShop's facts (horizon 8, root budget 3, gamma_g 0.20,
+    its exact oracle) and differs only in its class and tasks."""
+    return EnvEntry(
+        env_id, f"envkit.envs.minishop.env:{env_class}", None, description,
+        horizon=8, min_root_budget=3, gamma_g=0.20, oracle="envkit.oracles.minishop:MiniShopOracle",
+    )  # fmt: skip
+
+
 ENVS: dict[str, EnvEntry] = {
     e.id: e
     for e in (
@@ -89,32 +98,11 @@ ENVS: dict[str, EnvEntry] = {
             modules=("bm25s", "rapidfuzz", "Stemmer", "selenium"), tools=("chromium|chromium-browser", "chromedriver"),
             horizon=15, min_root_budget=8, gamma_g=0.20, oracle="envkit.oracles.webshop:WebShopOracle",
         ),
-        EnvEntry(
-            "envkit/MiniShop-v0", "envkit.envs.minishop.env:MiniShopEnv", None,
-            "WebShop's shape in miniature: numbered actions, one deciding word (SERO comparison, train tasks)",
-            horizon=8, min_root_budget=3, gamma_g=0.20, oracle="envkit.oracles.minishop:MiniShopOracle",
-        ),
-        EnvEntry(
-            "envkit/MiniShopHeldout-v0", "envkit.envs.minishop.env:MiniShopHeldoutEnv", None,
-            "MiniShop on its held-out tasks (unseen goal words; an evaluation env)",
-            horizon=8, min_root_budget=3, gamma_g=0.20, oracle="envkit.oracles.minishop:MiniShopOracle",
-        ),
-        EnvEntry(
-            "envkit/MiniShopHeldoutRotated-v0", "envkit.envs.minishop.env:MiniShopHeldoutRotatedEnv", None,
-            "MiniShop's held-out tasks in all four rotations of the listing (no positional shortcut; evaluation)",
-            horizon=8, min_root_budget=3, gamma_g=0.20, oracle="envkit.oracles.minishop:MiniShopOracle",
-        ),
-        EnvEntry(
-            "envkit/MiniShopReadable-v0", "envkit.envs.minishop.env:MiniShopReadableEnv", None,
-            "MiniShop whose item pages show match / nomatch (SERO's positive control, train tasks)",
-            horizon=8, min_root_budget=3, gamma_g=0.20, oracle="envkit.oracles.minishop:MiniShopOracle",
-        ),
-        EnvEntry(
-            "envkit/MiniShopReadableHeldoutRotated-v0",
-            "envkit.envs.minishop.env:MiniShopReadableHeldoutRotatedEnv", None,
-            "readable MiniShop's held-out tasks in all four rotations (evaluation)",
-            horizon=8, min_root_budget=3, gamma_g=0.20, oracle="envkit.oracles.minishop:MiniShopOracle",
-        ),
+        _minishop("envkit/MiniShop-v0", "MiniShopEnv", "WebShop's shape in miniature: numbered actions, one deciding word (SERO comparison, train tasks)"),
+        _minishop("envkit/MiniShopHeldout-v0", "MiniShopHeldoutEnv", "MiniShop on its held-out tasks (unseen goal words; an evaluation env)"),
+        _minishop("envkit/MiniShopHeldoutRotated-v0", "MiniShopHeldoutRotatedEnv", "MiniShop's held-out tasks in all four rotations of the listing (no positional shortcut; evaluation)"),
+        _minishop("envkit/MiniShopReadable-v0", "MiniShopReadableEnv", "MiniShop whose item pages show match / nomatch (SERO's positive control, train tasks)"),
+        _minishop("envkit/MiniShopReadableHeldoutRotated-v0", "MiniShopReadableHeldoutRotatedEnv", "readable MiniShop's held-out tasks in all four rotations (evaluation)"),
         EnvEntry(
             "envkit/SWE-v0", "envkit.envs.swe.env:SWEEnv", "swe", "software-engineering tasks in sandboxed repos",
             tools=("bwrap", "bash", "git"), needs_root=True,
