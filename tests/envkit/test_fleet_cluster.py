@@ -51,6 +51,28 @@ class Interrupting:
         return self.inner.act(batch)
 
 
+def lose_node(cluster, node, slots, wait_s: float = 120.0) -> None:
+    """Remove `node` without grace and return once every actor that lived there fails a call.
+
+    Ray's actor calls go worker to worker, so an actor process can keep answering for a while after its raylet is
+    killed (it notices the raylet's death on its own clock, slower on a loaded machine): a test that removes the node
+    and goes on could see every episode finish first. A real lost node takes its processes at once; waiting here
+    makes the simulated loss as abrupt before the next batch is played."""
+    cluster.remove_node(node, allow_graceful=False)
+    deadline = time.monotonic() + wait_s
+    for slot in slots:
+        while True:
+            try:
+                ray.get(slot.handle.info.remote(), timeout=5)
+            except ray.exceptions.GetTimeoutError:
+                pass
+            except ray.exceptions.RayError:
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the actors of removed node {node.node_id} still answer after {wait_s:.0f} s")
+            time.sleep(0.2)
+
+
 def same_episode(a, b) -> bool:
     return [s.action for s in a.steps] == [s.action for s in b.steps] and a.success == b.success
 
@@ -149,10 +171,11 @@ def test_a_lost_node_ends_only_its_episodes_and_the_fleet_replaces_its_actors(fl
     ref = reference()
     with Fleet(toy_fleet(3)) as fleet:
         victim_node = next(n for n in nodes if n.node_id == fleet.slots[0].node_id)
-        on_it = {s.incarnation for s in fleet.slots if s.node_id == victim_node.node_id}
+        victims = [s for s in fleet.slots if s.node_id == victim_node.node_id]
+        on_it = {s.incarnation for s in victims}
         with FleetPool(TOY, 6, fleet=fleet) as pool:
             on_victim = sum(pool.where(i).incarnation in on_it for i in range(6))
-            policy = Interrupting(3, lambda: cluster.remove_node(victim_node, allow_graceful=False))
+            policy = Interrupting(3, lambda: lose_node(cluster, victim_node, victims))
             trajs = rollout(policy, pool, TASKS, max_steps=10)
         assert sorted(t.task_id for t in trajs) == sorted(t.task_id for t in TASKS)
         failed = [t for t in trajs if t.failed]
