@@ -134,6 +134,23 @@ def test_oracle_share_cap_and_exact_row_budget(trainer):
     assert TrainerSeroOptions(max_oracle_share=0.0).max_oracle_rows(8) == 0
 
 
+def test_a_group_the_cap_leaves_without_a_rescue_keeps_zero_advantage_and_is_counted(trainer):
+    """What the README's WebShop + SERO step shows (`zero_adv_fraction` 0.5, issue 35): 2 all-fail groups x 4
+    episodes, the 25% cap allows 2 oracle rows for the step, both go to the first group's roots (groups are
+    served in order) and the second group, all invalid actions, keeps zero advantage. The metric is the share of
+    groups whose policy rows are all zero (docs/methods.md section 1), recomputed here from the batch's rows."""
+    batch, m = _batch(trainer, sero_opts=TrainerSeroOptions(max_oracle_share=0.25))
+    assert m["success_rate"] == 0.0 and m["invalid_share"] == 1.0  # both groups all-fail, every action invalid
+    assert m["sero_rows"] == 2 and m["sero_capped"] >= 1  # the cap, not the oracle, stopped the rescues
+    n_policy = len(batch) - int(m["sero_rows"])
+    assert n_policy == 8
+    groups = [[float(np.abs(a).max()) for a in batch.advantages[g * 4 : g * 4 + 4]] for g in range(2)]
+    assert all(x > 0 for x in groups[0]) and all(x == 0 for x in groups[1]), groups
+    assert m["zero_adv_fraction"] == 0.5
+    _, uncapped = _batch(trainer, sero_opts=TrainerSeroOptions(max_oracle_share=0.5))
+    assert uncapped["sero_capped"] == 0 and uncapped["zero_adv_fraction"] == 0.0  # each group rescued: 0.0
+
+
 def test_bad_sero_settings_are_refused_with_the_fix(tmp_path):
     with pytest.raises(ValueError, match="estimator='graphgpo'"):
         AgentConfig(sero=True, estimator="gigpo")
