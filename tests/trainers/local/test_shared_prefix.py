@@ -47,7 +47,10 @@ def test_distinct_keeps_first_seen_order():
     assert index == [0, 1, 0, 1, 2]
 
 
-def test_response_logprobs_and_gradients_equal_the_plain_forward(arith):
+@pytest.mark.parametrize("long_row_tokens", [None, 0], ids=["shared-prompt batch", "row by row, unpadded"])
+def test_response_logprobs_and_gradients_equal_the_plain_forward(arith, long_row_tokens):
+    """Both ways `response_logits` computes: the shared-prompt batch (short rows) and one unpadded forward per row
+    (rows of at least LONG_ROW_TOKENS: multi-turn episodes; forced here with a threshold of 0)."""
     model, tok = arith
     model.train()
     prompts, responses, flags = _rows(tok)
@@ -57,8 +60,10 @@ def test_response_logprobs_and_gradients_equal_the_plain_forward(arith):
     (plain.sum() * 0.37).backward()
     g_plain = [p.grad.clone() for p in model.parameters()]
 
-    shared = response_logits(model, prompts, responses, tok.pad_token_id, loss_flags=flags)
-    assert shared.n_prompts == 3
+    shared = response_logits(
+        model, prompts, responses, tok.pad_token_id, loss_flags=flags, long_row_tokens=long_row_tokens
+    )
+    assert shared.n_prompts == (3 if long_row_tokens is None else len(prompts))
     lp = shared.logprobs()
     model.zero_grad()
     (lp.sum() * 0.37).backward()
@@ -72,6 +77,28 @@ def test_response_logprobs_and_gradients_equal_the_plain_forward(arith):
     assert any(g.abs().max() > 1e-3 for g in g_plain)
     for a, b in zip(g_plain, g_shared, strict=True):
         assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_long_rows_go_alone_without_an_attention_mask(arith):
+    """Rows of LONG_ROW_TOKENS or more (multi-turn episodes) are computed one by one with no mask, so attention
+    takes PyTorch's fused causal kernel instead of a tokens x tokens score matrix kept for the backward pass
+    (scripts/bench_update.py: 1.9x less CPU, 1.7x less peak RSS on the README's WebShop + SERO rows)."""
+    from envkit.trainers.local.shared_prefix import LONG_ROW_TOKENS
+
+    model, tok = arith
+    p = encode_prompt(tok, "3+4=", raw=True)
+    seen: list[tuple[int, bool]] = []
+    model.register_forward_hook(
+        lambda m, args, kwargs, out: seen.append((kwargs["input_ids"].shape[0], kwargs.get("attention_mask") is None)),
+        with_kwargs=True,
+    )
+    long = [5] * (LONG_ROW_TOKENS - len(p))
+    with torch.no_grad():
+        response_logits(model, [p, p], [long, [6, 7]], tok.pad_token_id)
+        assert seen == [(1, True), (1, True)]
+        seen.clear()
+        response_logits(model, [p, p], [long[:-1], [6, 7]], tok.pad_token_id)  # one token short: the batch
+        assert seen == [(1, False), (2, False)]  # the shared prompt pass, then the masked response pass
 
 
 def test_one_token_responses_need_only_the_prompt_pass(arith):
