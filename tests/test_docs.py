@@ -191,6 +191,7 @@ def test_every_block_is_found_and_tagged_knowingly() -> None:
             p.unlink()
 
 
+@pytest.mark.slow  # ~25 CPU s: CI runs it, the default run does not
 def test_readme_learning_command(tmp_path: Path) -> None:
     """The README's first training command learns: its first 8 steps (the block as written, ``--steps 60`` -> 8)
     raise the policy's log-likelihood of the oracle's first action (README: -5.70 at step 1, -3.94 at step 10).
