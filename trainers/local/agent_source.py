@@ -75,6 +75,11 @@ class AgentSource:
                 responses.append(row.response)
                 advs.append(row.advantages)
                 flags.append(row.flags)
+            # a group's oracle rows are its rows too: a group whose only signal is its rescue is not zero-advantage
+            metrics["zero_adv_fraction"] = zero_advantage_fraction(
+                np.array([*_peaks(per_episode), *(max(map(abs, r.advantages), default=0.0) for r in sero.rows)]),
+                [*(e.group for e in episodes), *(r.group for r in sero.rows)],
+            )
         metrics["rows_in_loss"] = len(prompts)
         batch = TrainBatch(
             prompts=prompts, responses=responses, advantages=advs, loss_flags=flags, weights=[1.0] * len(prompts)
@@ -89,10 +94,15 @@ class AgentSource:
         return self.explorer.state_dict()
 
 
+def _peaks(per_episode: list[np.ndarray]) -> list[float]:
+    """Each episode's largest |turn advantage| (0 for an episode without turns)."""
+    return [float(np.abs(a).max()) if len(a) else 0.0 for a in per_episode]
+
+
 def _episode_metrics(episodes: list[Episode], per_episode: list[np.ndarray], cfg: AgentConfig) -> dict[str, Any]:
     """The step's episode metrics (docs/methods.md section 7), before the explorer's and SERO's."""
     groups = [e.group for e in episodes]
-    zero = zero_advantage_fraction(np.array([np.abs(a).max() if len(a) else 0.0 for a in per_episode]), groups)
+    zero = zero_advantage_fraction(np.array(_peaks(per_episode)), groups)
     n_act = sum(len(e.actions) for e in episodes)
     return {
         "reward_mean": float(np.mean([_success_reward(cfg) * e.success for e in episodes])),
