@@ -54,6 +54,10 @@ class Limits:
             of edits whose apparent size (sparse files in full) is over it is refused.
         repo_inodes: Files and directories the edits to ``/repo`` may hold between snapshots (local backend: the
             upper dir's tmpfs has as many inodes; a snapshot of more is refused).
+        snapshot_mb: Disk one episode's live snapshot layers may take together (allocated bytes in the layer
+            store; every snapshot, the freeze before grading and the graded copy count until discarded). A
+            snapshot beyond it is refused with `envkit.envs.swe.store_quota.StoreQuotaError`.
+        snapshot_inodes: Files and directories one episode's live snapshot layers may hold together.
 
     The local backend bounds the memory of all of a sandbox's processes together with a memory cgroup of
     ``memory_mb + tmp_mb + shm_mb + repo_mb`` (tmpfs pages included) and refuses to start where it cannot make
@@ -71,6 +75,8 @@ class Limits:
     shm_mb: int = 64
     repo_mb: int = 2048
     repo_inodes: int = 200_000
+    snapshot_mb: int = 4096
+    snapshot_inodes: int = 400_000
 
     def __post_init__(self) -> None:
         if not 0 < self.timeout_s <= self.max_timeout_s:
@@ -78,10 +84,10 @@ class Limits:
         if self.output_chars < 200:
             raise ValueError(f"Limits.output_chars must be >= 200, got {self.output_chars}")
         positive = (self.memory_mb, self.nproc, self.file_mb, self.output_hard_bytes, self.tmp_mb, self.shm_mb)
-        if min(*positive, self.repo_inodes) <= 0 or self.repo_mb < 0:
+        if min(*positive, self.repo_inodes, self.snapshot_mb, self.snapshot_inodes) <= 0 or self.repo_mb < 0:
             raise ValueError(
-                "Limits: memory_mb, nproc, file_mb, output_hard_bytes, tmp_mb, shm_mb and repo_inodes must be "
-                "positive, repo_mb >= 0"
+                "Limits: memory_mb, nproc, file_mb, output_hard_bytes, tmp_mb, shm_mb, repo_inodes, snapshot_mb "
+                "and snapshot_inodes must be positive, repo_mb >= 0"
             )
 
 

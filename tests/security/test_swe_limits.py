@@ -96,7 +96,7 @@ def test_store_quota_bytes_and_inodes(swe_tasks):
     from envkit.envs.swe.env import SWEEnv
     from envkit.envs.swe.layers import LayerStore, StoreQuotaError
 
-    store = LayerStore()
+    store = LayerStore(floor_mb=0, floor_inodes=0)  # the store-wide quota alone (floors: test_swe_store_shares.py)
     env = SWEEnv(tasks=swe_tasks, max_steps=40, test_timeout=120, store=store)
     try:
         env.reset(seed=0, options={"index": TASK})
