@@ -33,6 +33,7 @@ from __future__ import annotations
 import copy
 import errno
 import os
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -92,6 +93,11 @@ class SWEState:
     disk_bytes: int = 0
 
 
+def _close_accounts(store: LayerStore, accounts: list[Account]) -> None:
+    for account in accounts:
+        store.close_account(account)
+
+
 def make_backend(backend: str | Backend, limits: Limits | None) -> Backend:
     """A backend by name (``"local"``, ``"docker"``) or the given instance."""
     if not isinstance(backend, str):
@@ -141,6 +147,7 @@ class SWEEnv(SnapshotEnvBase):
         self.screen_diff = screen_diff
         self.owner = owner or current_owner() or f"env-{id(self):x}-{os.getpid()}"
         self.account: Account | None = None
+        self._accounts: list[Account] = []  # the open one, for the finalizer (which must not hold the env)
         self.tree: OverlayTree | None = None
         self.task: SweTask = self.tasks[0]
         self.layers: TaskLayers | None = None
@@ -182,7 +189,10 @@ class SWEEnv(SnapshotEnvBase):
         account = self.store.open_account(self.owner, lim.snapshot_mb, lim.snapshot_inodes)
         if self.account is not None:
             self.store.close_account(self.account)
+        else:  # an env dropped without close() must not keep its owner's floor reserved for ever
+            weakref.finalize(self, _close_accounts, self.store, self._accounts)
         self.account = account
+        self._accounts[:] = [account]
         if self.tree is not None:
             self.tree.account = account
 
@@ -355,6 +365,11 @@ class SWEEnv(SnapshotEnvBase):
         self.last_grade = None
         self._last = (payload.obs, dict(payload.info))
         return payload.obs, dict(payload.info)
+
+    def native_bytes(self, snapshot: Snapshot) -> int:
+        """The disk the snapshot's freeze added to the layer store (`SWEState.disk_bytes`)."""
+        payload = snapshot.payload[0] if isinstance(snapshot.payload, tuple) else None
+        return payload.disk_bytes if isinstance(payload, SWEState) else 0
 
     def _discard(self, payload: Any) -> None:
         if isinstance(payload, SWEState) and payload.store == str(self.store.root):
