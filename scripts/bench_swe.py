@@ -142,9 +142,10 @@ def bench_overlay(
 
 
 def bench_budgets(tmp: Path, src: Path, listing: list[str], rounds: int) -> dict[str, object]:
-    """Issue 33: the capped overlay's snapshot + restore with every layer charged to an episode account (real
-    disk use measured on the copy in the store, episode / owner / store budgets, ``statvfs``) vs the same tree
-    with no account, interleaved round by round; and the parts timed alone."""
+    """Issue 33: the capped overlay's snapshot + restore with every layer charged to an episode account (episode /
+    owner / store budgets with floors, ``statvfs``) vs the same tree with no account, interleaved round by
+    round; and the parts timed alone. Both measure the copy's real disk use while copying (an ``fstat`` per
+    file); ``second_walk_avoided_ms`` is what measuring it by a walk of the copy would have cost."""
     store = LayerStore(tmp / "store-budgets")
     base = store.import_tree(src)
     account = store.open_account("bench", 4096, 400_000)
@@ -168,7 +169,7 @@ def bench_budgets(tmp: Path, src: Path, listing: list[str], rounds: int) -> dict
             store.decref(stack)  # type: ignore[arg-type]
         top = trees["account"].stack[-1]
         t = time.perf_counter()
-        usage(store.path(top))  # the real-disk-use walk of the layer as it lies in the store
+        usage(store.path(top))  # a walk of the layer as it lies in the store (not paid: measured while copying)
         walk_ms.append(1000 * (time.perf_counter() - t))
         t = time.perf_counter()
         fs = os.statvfs(store.root)
@@ -181,13 +182,30 @@ def bench_budgets(tmp: Path, src: Path, listing: list[str], rounds: int) -> dict
     total = {k: statistics.median(v["snapshot"]) + statistics.median(v["restore"]) for k, v in times.items()}
     out["snapshot_plus_restore_ms"] = {k: round(v, 2) for k, v in total.items()}
     out["account_vs_no_account"] = round(total["account"] / max(total["no_account"], 1e-9), 2)
-    out["store_walk_ms"] = stats(walk_ms)
+    out["second_walk_avoided_ms"] = stats(walk_ms)
     out["admission_rule_and_statvfs_ms"] = stats(rule_ms)
-    out["target_10ms_met"] = total["account"] <= 10.0
     for tree in trees.values():
         tree.close()
     store.close_account(account)
     store.close()
+    from envkit.envs.swe.env import SWEEnv  # the env's own snapshot() + restore(): every layer charged
+
+    env = SWEEnv(max_steps=10_000)
+    try:
+        env.reset(seed=0, options={"index": 0})
+        snap_ms, rest_ms = [], []
+        for i in range(rounds):
+            Path(env.root, f"e{i}.txt").write_text("e")
+            ms, snap = timed(env.snapshot)
+            snap_ms.append(ms)
+            Path(env.root, "README.rst").unlink(missing_ok=True)
+            ms, _ = timed(functools.partial(env.restore, snap))  # type: ignore[arg-type]
+            rest_ms.append(ms)
+        out["swe_env"] = {"snapshot_ms": stats(snap_ms), "restore_ms": stats(rest_ms)}
+        env_total = statistics.median(snap_ms) + statistics.median(rest_ms)
+    finally:
+        env.close()
+    out["target_10ms_met"] = {"overlay_capped_2000_files": total["account"] <= 10.0, "swe_env": env_total <= 10.0}
     return out
 
 

@@ -169,14 +169,14 @@ class OverlayTree:
         if self._scratch:
             staged = self.store.staging()
             try:
-                copy_layer(self._upper, staged)
+                real = copy_layer(self._upper, staged)  # its disk use in the store, measured while copying
                 st = os.stat(self._upper)
                 os.chmod(staged, stat.S_IMODE(st.st_mode))
                 os.chown(staged, st.st_uid, st.st_gid)
             except BaseException:
                 remove_tree(staged)
                 raise
-            layer = self.store.commit(staged, account=self.account)
+            layer = self.store.commit(staged, size=real, account=self.account)
         else:
             layer = self.store.commit(self._upper, size=size, discard_on_error=False, account=self.account)
         stack = (*self.stack, layer)

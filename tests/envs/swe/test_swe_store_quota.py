@@ -60,3 +60,22 @@ def test_the_disk_must_hold_the_others_floors():
 def test_budgets_must_be_positive(bad):
     with pytest.raises(ValueError, match="positive"):
         Budgets(*bad)
+
+
+def test_copy_layer_reports_the_real_disk_use_of_the_copy(tmp_path):
+    import os
+
+    from envkit.envs.swe.layer_files import copy_layer, usage
+
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    (src / "pkg" / "empty").mkdir(parents=True)
+    for i in range(300):
+        (src / "pkg" / f"d{i}").mkdir()  # directories take blocks too
+    (src / "pkg" / "m.py").write_text("x = 1\n" * 3000)
+    with open(src / "sparse", "wb") as f:
+        f.truncate(50 << 20)  # a hole: no blocks
+        f.write(b"tail")
+    os.symlink("pkg/m.py", src / "link")
+    dst.mkdir()
+    assert copy_layer(str(src), str(dst)) == usage(str(dst))[1:]
+    assert usage(str(dst))[1] < 4 << 20  # the 50 MiB hole stayed a hole
