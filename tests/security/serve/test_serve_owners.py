@@ -91,3 +91,33 @@ def test_owner_tokens_file_is_checked(tmp_path):
         bad.write_text(text)
         with pytest.raises(ValueError, match=why):
             read_owner_tokens(str(bad))
+
+
+def test_each_session_env_is_built_as_its_owner():
+    """Envs that charge native resources per owner (the SWE layer store) see the session's owner: the token's
+    owner with --owner-tokens, the session itself with one shared token (its holders cannot be told apart)."""
+    import asyncio
+
+    pytest.importorskip("openenv.core.env_server")
+    from envkit.serve.models import EnvkitEnvironment
+    from envkit.serve.sessions import SessionTable
+    from envkit.tenancy import current_owner
+
+    seen: list[str | None] = []
+
+    def factory() -> EnvkitEnvironment:
+        seen.append(current_owner())
+        return EnvkitEnvironment(TOY, {})
+
+    async def play(owners: tuple[str, ...], owner: str) -> None:
+        table = SessionTable(factory, max_sessions=4, owners=owners, max_sessions_per_owner=1)
+        s = await table.open("http", owner)
+        assert s.owner == owner
+        with pytest.raises(Exception, match=f"owner '{owner}' holds its maximum of 1"):
+            await table.open("http", owner)
+        await table.close_all()
+
+    asyncio.run(play(("alice", "bob"), "alice"))
+    asyncio.run(play(("default",), "default"))
+    assert seen[0] == "alice" and seen[1].startswith("session-"), seen
+    assert current_owner() is None  # set on the session's own thread only
