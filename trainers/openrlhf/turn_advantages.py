@@ -202,7 +202,7 @@ def compute_turn_advantages(rows: Sequence[SampleRow], cfg: BackendConfig, step:
     else:
         table, owner = _step_table(rows, groups, cfg)
         stats[f"state_key_{turns_state_key(rows, cfg)}"] = 1.0
-        adv = turn_credit(table, cfg.advantage, cfg.adv).advantages
+        adv = turn_credit(table, cfg.advantage, cfg.credit_options).advantages
         per_turn = [np.zeros(turn_counts[i]) for i in range(n)]
         pos = [0] * n
         for t, i in enumerate(owner):
