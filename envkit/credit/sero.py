@@ -165,8 +165,8 @@ class SeroConfig(SeroOptions):
 
     @property
     def root_budget(self) -> int:
-        """The minimum budget a root needs (``min_budget``, filled in)."""
-        return int(self.min_budget or MIN_ROOT_BUDGET)
+        """The minimum budget a root needs (``min_budget``, filled in by `__post_init__`)."""
+        return int(self.min_budget)  # type: ignore[arg-type]
 
 
 # ----- 1. roots -------------------------------------------------------------------------------------------------
