@@ -233,7 +233,9 @@ def compute_turn_advantages(rows: Sequence[SampleRow], cfg: BackendConfig, step:
         "zero_adv_fraction", zero_advantage_fraction(np.array([float(np.max(np.abs(p))) for p in per_turn]), groups)
     )
     stats["success_rate"] = float(np.mean([r.success for r in rows])) if n else 0.0
-    stats["truncated_episode_share"] = float(np.mean([bool(r.record and r.record.truncated) for r in rows])) if n else 0.0
+    stats["truncated_episode_share"] = (
+        float(np.mean([bool(r.record and r.record.truncated) for r in rows])) if n else 0.0
+    )
     if cfg.sero:
         w_oracle = np.array([w for i in range(n) for w, t in zip(weights[i], rows[i].turns) if t.oracle])
         stats["sero_oracle_share"] = float(oracle.mean()) if n else 0.0

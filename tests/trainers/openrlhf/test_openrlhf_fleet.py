@@ -36,10 +36,10 @@ def _group(tokenizer, fleet):
 
     import envkit  # noqa: F401
     from envkit.trainers.openrlhf.config import BackendConfig
-    from envkit.trainers.sero_options import TrainerSeroOptions
     from envkit.trainers.openrlhf.gym_executor import GymAgentExecutor
     from envkit.trainers.openrlhf.rollout_actor import run_planned
     from envkit.trainers.openrlhf.rollout_records import RolloutSpec
+    from envkit.trainers.sero_options import TrainerSeroOptions
 
     cfg = BackendConfig(
         env_id="envkit/Toy-v0", n_samples_per_prompt=4, max_turns=4, sero=True, advantage="graphgpo",

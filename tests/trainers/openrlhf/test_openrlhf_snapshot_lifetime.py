@@ -47,9 +47,9 @@ def test_executor_discards_every_snapshot_and_the_swe_layer_store_stays_bounded(
     import envkit
     from envkit.envs.swe.layers import LayerStore
     from envkit.trainers.openrlhf.config import BackendConfig
-    from envkit.trainers.sero_options import TrainerSeroOptions
     from envkit.trainers.openrlhf.gym_executor import GymAgentExecutor
     from envkit.trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord
+    from envkit.trainers.sero_options import TrainerSeroOptions
 
     torch.set_num_threads(1)
     model, tok, action = file_writing_policy
