@@ -66,3 +66,33 @@ def test_branch_forks_on_the_fleet_equal_in_process(fleet_cluster, tmp_path):
     assert fleet[1]["branches"] == 8 and fleet[1]["branch_native_restores"] == 8
     _same(*local, *fleet)
     assert sum(i["snapshots"] for i in get_fleet(FLEET).info()) == 0
+
+
+def test_a_step_survives_an_actor_killed_mid_step(fleet_cluster, tmp_path, monkeypatch):
+    """An actor killed at the second turn: its episodes end lost (dropped, counted in ``episodes_lost``) and the
+    step's update runs; with ``agent.retries`` they are played again from reset and none is lost."""
+    ray = pytest.importorskip("ray")
+    cfg = FleetConfig(actors=2, sessions_per_actor=8, resource="envkit_toy", num_cpus=0)
+    real_step, calls = FleetEnv.step, {"n": 0, "victims": []}
+
+    def step(self, action):  # kills one actor before the 9th env step (turn 2 of the 8 episodes)
+        calls["n"] += 1
+        if calls["n"] == 9:
+            victim = get_fleet(cfg).slots[0]
+            calls["victims"].append(victim.name)
+            ray.kill(victim.handle, no_restart=True)
+        return real_step(self, action)
+
+    monkeypatch.setattr(FleetEnv, "step", step)
+    for retries in (0, 1):
+        calls["n"] = 0
+        run = _cfg(tmp_path / f"r{retries}", cfg, sero=False, estimator="grpo", max_turns=4, retries=retries)
+        trainer = LocalTrainer(run)
+        m = trainer.step(0)
+        assert "pg_loss" in m and "grad_norm" in m  # the update ran
+        if retries == 0:
+            assert 1 <= m["episodes_lost"] <= 4 and m["rollouts"] == 8 - m["episodes_lost"]
+            assert m["episodes_retried"] == 0
+        else:
+            assert m["episodes_lost"] == 0 and 1 <= m["episodes_retried"] <= 4 and m["rollouts"] == 8
+    assert get_fleet(cfg).replaced == 2 and len(get_fleet(cfg).info()) == 2  # capacity replaced each time
