@@ -180,7 +180,14 @@ def latency(env_id: str, kwargs: dict[str, Any], steps: int) -> dict[str, Any]:
 
 
 def scaling(
-    env_id: str, kwargs: dict[str, Any], actors: list[int], sessions: int, tasks: int, horizon: int, cpus: float
+    env_id: str,
+    kwargs: dict[str, Any],
+    actors: list[int],
+    sessions: int,
+    tasks: int,
+    horizon: int,
+    cpus: float,
+    repeats: int = 3,
 ) -> Any:
     """Episodes/s for each number of actors; `cpus` per actor (1 on the simulated nodes of one CPU each: one actor per
     node, so n actors use n nodes)."""
@@ -189,11 +196,15 @@ def scaling(
     policy = RandomAdmissiblePolicy(0)
 
     def eps_per_s(pool: Any) -> float:
+        """The median of `repeats` timed rollouts of all tasks (a loaded machine's noise)."""
         rollout(policy, pool, jobs[: pool.size], max_steps=horizon)  # warm-up
-        t0 = time.perf_counter()
-        trajs = rollout(policy, pool, jobs, max_steps=horizon)
-        assert len(trajs) == tasks and not any(t.failed for t in trajs), [t.error for t in trajs if t.failed][:1]
-        return tasks / (time.perf_counter() - t0)
+        rates = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            trajs = rollout(policy, pool, jobs, max_steps=horizon)
+            assert len(trajs) == tasks and not any(t.failed for t in trajs), [t.error for t in trajs if t.failed][:1]
+            rates.append(tasks / (time.perf_counter() - t0))
+        return float(np.median(rates))
 
     with InProcessPool(factory, sessions) as pool:
         base = eps_per_s(pool)
@@ -207,7 +218,7 @@ def scaling(
                      "ratio_vs_in_process": round(rate / base, 2),
                      "ratio_vs_1_actor": round(rate / rows[0]["episodes_per_s"], 2) if rows else 1.0})  # fmt: skip
     return {"in_process_episodes_per_s": round(base, 2), "in_process_envs": sessions, "fleet": rows,
-            "tasks": tasks, "horizon": horizon}  # fmt: skip
+            "tasks": tasks, "horizon": horizon, "repeats_median_of": repeats}  # fmt: skip
 
 
 def memory(env_id: str, kwargs: dict[str, Any], budget_mib: int, max_sessions: int, batch: int) -> dict[str, Any]:
@@ -252,6 +263,7 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=4, help="sessions per actor (and in-process envs) in scaling")
     ap.add_argument("--tasks", type=int, default=48)
     ap.add_argument("--horizon", type=int, default=10)
+    ap.add_argument("--repeats", type=int, default=3, help="timed rollouts per rate (the median is reported)")
     ap.add_argument("--budget-mib", type=int, default=1024)
     ap.add_argument("--max-sessions", type=int, default=1024)
     ap.add_argument("--start-timeout", type=float, default=300.0, help="seconds a simulated node may take to start")
@@ -274,7 +286,9 @@ def main() -> None:
             kw: dict[str, Any] = {}
             per_env[env_id] = {
                 "latency": latency(env_id, kw, a.steps),
-                "scaling": scaling(env_id, kw, actors, a.sessions, a.tasks, a.horizon, cpus=1.0 if a.nodes else 0.0),
+                "scaling": scaling(
+                    env_id, kw, actors, a.sessions, a.tasks, a.horizon, cpus=1.0 if a.nodes else 0.0, repeats=a.repeats
+                ),
                 "memory": memory(env_id, kw, a.budget_mib, a.max_sessions, batch=64),
             }
     finally:
