@@ -72,6 +72,8 @@ class ExecutorHost:
     def __init__(self, tokenizer_dir: str):
         from transformers import AutoTokenizer
 
+        import envkit.trainers.openrlhf.rollout_actor  # noqa: F401  (OpenRLHF's and vLLM's imports, the bulk)
+
         self.tok = AutoTokenizer.from_pretrained(tokenizer_dir)
 
     def play(self, fleet_cfg):
@@ -109,14 +111,14 @@ def test_executor_in_a_ray_actor_plays_on_a_fleet_on_another_node(fleet_cluster,
 
     cluster, nodes = fleet_cluster
     fleet_cfg = FleetConfig(actors=2, sessions_per_actor=8, resource="envkit_toy", num_cpus=0)
-    _, local = _group(tokenizer, None)
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])  # the workers cannot import this test module
     head = cluster.head_node.node_id
     host_cls = ray.remote(ExecutorHost).options(
         num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(head, soft=False)
     )
-    host = host_cls.remote(str(tokenizer_dir))
+    host = host_cls.remote(str(tokenizer_dir))  # starts (its imports) while the in-process group plays here
     try:
+        _, local = _group(tokenizer, None)
         rows, facts = ray.get(host.play.remote(fleet_cfg), timeout=300)
     finally:
         ray.kill(host)
