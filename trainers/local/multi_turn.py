@@ -277,8 +277,7 @@ def _play_round(
         try:
             obs, info0 = _reset(env, int(spec.seed))
         except LOST_ENV_ERRORS as exc:
-            episodes.append(Episode(spec.group, spec.index, env, [], [], [], [], [], [], [], [], done=True))
-            episodes[-1].seed, episodes[-1].lost = int(spec.seed), _why(exc)
+            episodes.append(lost_episode(spec.group, spec.index, env, int(spec.seed), exc))
             continue
         text = str(obs) if spec.prompt_text is None else spec.prompt_text
         ids = encode_prompt(tokenizer, text, raw=False, system=cfg.system)
@@ -295,7 +294,7 @@ def _play_round(
         ep.noisy = spec.first_extra is not None
         episodes.append(ep)
     for e in episodes if record and started is not None else []:  # a branch records from where it starts
-        if e.recorder is None:
+        if e.recorder is None and not e.lost:
             e.recorder = EpisodeRecorder(e.states[-1], e.infos[-1] if e.infos else {}, snapshots=_has_snapshots(e.env))
     temp_of = {id(e): temperature if sp.temperature is None else sp.temperature for e, sp in zip(episodes, specs)}
     extra_of = {id(e): sp.first_extra for e, sp in zip(episodes, specs)}
@@ -389,6 +388,14 @@ def _reset(env: Any, seed: int) -> tuple[Any, dict[str, Any]]:
         return env.reset(seed=seed)  # type: ignore[no-any-return]
     except LOST_ENV_ERRORS:
         return env.reset(seed=seed)  # type: ignore[no-any-return]
+
+
+def lost_episode(group: int, index: int, env: Any, seed: int | None, exc: BaseException, prefix: Any = ()) -> Episode:
+    """An episode that lost its env before it could start (`Episode.lost`: the reason); `prefix`: the actions it
+    shares with its parent (a branch), so that it counts no env step of its own."""
+    ep = Episode(group, index, env, [], [], [], [], [], list(prefix), [], [], done=True)
+    ep.seed, ep.lost = seed, _why(exc)
+    return ep
 
 
 def _why(exc: BaseException) -> str:

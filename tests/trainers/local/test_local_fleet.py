@@ -99,3 +99,24 @@ def test_a_step_survives_an_actor_killed_mid_step(fleet_cluster, tmp_path, monke
         else:
             assert m["episodes_lost"] == 0 and 1 <= m["episodes_retried"] <= 2 and m["rollouts"] == 4
     assert get_fleet(cfg).replaced == replaced + 2 and len(get_fleet(cfg).info()) == 2  # capacity replaced each time
+
+
+def test_branching_survives_an_actor_killed_before_its_forks(fleet_cluster, tmp_path, monkeypatch):
+    """Branching: an actor killed as the forks start takes the backbone snapshots it held; the forks of those end
+    lost (dropped), the others play, and the step's update runs."""
+    ray = pytest.importorskip("ray")
+    real_restore, killed = FleetEnv.restore, []
+
+    def restore(self, snapshot):
+        if not killed:
+            victim = get_fleet(FLEET).slots[0]
+            killed.append(victim.name)
+            ray.kill(victim.handle, no_restart=True)
+        return real_restore(self, snapshot)
+
+    monkeypatch.setattr(FleetEnv, "restore", restore)
+    base = _cfg(tmp_path, FLEET, sero=False, estimator="gigpo", max_turns=4, max_context_tokens=4000)
+    trainer = LocalTrainer(dataclasses.replace(branch_config(base, points=2, branches=2), prompts_per_step=1))
+    m = trainer.step(0)
+    assert killed and "pg_loss" in m and m["episodes_lost"] >= 1
+    assert m["rollouts"] >= 1 and m["branches"] >= m["episodes_lost"]
