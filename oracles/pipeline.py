@@ -233,7 +233,7 @@ def run(
     sero = cfg.sero_config
     timing: dict[str, float] = dict.fromkeys(("rollout_s", "continue_s", "scoring_s", "credit_s", "io_s"), 0.0)
     counts: dict[str, int] = dict.fromkeys(
-        ("tasks_run", "policy_steps", "continuations", "oracle_steps", "snapshots_released"), 0
+        ("tasks_run", "policy_steps", "continuations", "oracle_steps", "snapshots_released", "worker_restarts"), 0
     )
     per_chunk = cfg.chunk_tasks or max(
         1, -(-cfg.workers // cfg.group), -(-cfg.workers // max(1, cfg.sero.roots_per_group))
@@ -273,6 +273,7 @@ def run(
                         env_id=cfg.env_id,
                         max_steps=sero.horizon,
                         record_snapshots=snaps,
+                        retries=cfg.retries,
                     )
                     groups = [trajs[k * cfg.group : (k + 1) * cfg.group] for k in range(len(idx))]
                     t1 = time.perf_counter()
@@ -299,6 +300,7 @@ def run(
                     if on_chunk is not None:
                         on_chunk(len(idx))
                 settle()
+                counts["worker_restarts"] += getattr(raw_pool, "restarts", 0)
         except BaseException:
             bar.stop()
             post.shutdown(wait=True)

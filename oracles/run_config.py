@@ -114,6 +114,11 @@ class RunConfig:
     docs/fleet.md)."""
     fleet: FleetConfig = field(default_factory=FleetConfig)
     """The env fleet of ``--backend fleet`` (actors, sessions per actor, the custom resource its nodes advertise)."""
+    retries: int = 0
+    """Times a policy episode whose worker was lost (a crashed worker process, a lost fleet actor or node) is played
+    again from reset, any backend; it then gives the record an uninterrupted run gives (same seed and policy key).
+    0 (default): it is recorded as failed with the reason. Env errors are never retried. No setting of the
+    records: a resume may change it."""
     chunk_tasks: int | None = None
     """Tasks rolled out together (None: max(ceil(workers / group), ceil(workers / roots)), which keeps every worker
     busy in both phases and each worker on one task, so instance-bound native snapshots such as ALFWorld's restore
@@ -127,6 +132,8 @@ class RunConfig:
         for name in ("tasks", "group", "workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        if self.retries < 0:
+            raise ValueError(f"--retries must be >= 0 (0: a lost episode is recorded as failed), got {self.retries}")
         if self.chunk_tasks is not None and self.chunk_tasks < 1:
             raise ValueError(f"--chunk-tasks must be >= 1 (or unset), got {self.chunk_tasks}")
         if self.backend not in ("inprocess", "subprocess", "ray", "fleet", "remote"):
@@ -172,7 +179,18 @@ class RunConfig:
         Flat keys (``roots``, ``p_floor``, ...), as journals have always stored them, so older runs resume.
         """
         d = dataclasses.asdict(self)
-        for k in ("out", "workers", "backend", "fleet", "tasks", "progress", "device", "chunk_tasks", "sero"):
+        for k in (
+            "out",
+            "workers",
+            "backend",
+            "fleet",
+            "retries",
+            "tasks",
+            "progress",
+            "device",
+            "chunk_tasks",
+            "sero",
+        ):
             d.pop(k)
         if d["state_key"] is None:
             d.pop("state_key")  # journals from before state keys resume

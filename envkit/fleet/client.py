@@ -85,7 +85,10 @@ class Fleet:
     def _spawn(self, index: int, generation: int) -> _Slot:
         name = f"{self.fleet_id}/{index}.{generation}"
         cfg = self.cfg
-        handle = self._cls.options(**cfg.actor_options()).remote(name, cfg.lease_s, cfg.threads, cfg.sessions_per_actor)
+        # named (`ray list actors`, `ray.get_actor(name)`): an operator can find, inspect or kill one
+        handle = self._cls.options(name=name, **cfg.actor_options()).remote(
+            name, cfg.lease_s, cfg.threads, cfg.sessions_per_actor
+        )
         return _Slot(index, generation, handle, name)
 
     def _await_start(self, slot: _Slot) -> None:

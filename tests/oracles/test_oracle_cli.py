@@ -121,8 +121,8 @@ def test_help_documents_every_option_with_its_default():
     from envkit.oracles.pipeline import RunConfig
 
     params = list(_options(RunConfig))
-    # + --sero.same-state, --sero.reach.first (22), --state-key (26); - the trainers' 2 (25); + --fleet.* (34)
-    assert len(params) == 34
+    # + --sero.same-state, --sero.reach.first (22), --state-key (26); - the trainers' 2 (25); + --fleet.* (34); + --retries (35)
+    assert len(params) == 35
     for flag, default in params:
         assert flag in text, flag
         if isinstance(default, bool):  # a --x/--no-x flag shows its default

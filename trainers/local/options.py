@@ -59,6 +59,10 @@ class AgentConfig:
     fleet: FleetConfig | None = None
     """Play the episodes in envs of a Ray env fleet (`envkit.fleet`, docs/fleet.md) instead of this process; SERO's
     restores and branching's forks run on the actor holding the snapshot. The maths are the same."""
+    retries: int = 0
+    """Times an episode whose env was lost mid-way (its fleet actor or node died, its session was released) is
+    played again from reset in the same step; 0 (default): it is dropped from the update (its group credits the
+    others) and counted in the step's ``episodes_lost`` metric. Either way the step completes."""
     # --- speed ---
     reuse_kv_cache: bool = True
     """Keep each live episode's KV cache between turns (`envkit.trainers.local.turn_cache`), so a turn feeds only the
@@ -67,6 +71,8 @@ class AgentConfig:
     def __post_init__(self) -> None:
         if (self.max_turns is not None and self.max_turns < 1) or self.max_context_tokens < 8:
             raise ValueError("AgentConfig: max_turns must be >= 1 and max_context_tokens >= 8")
+        if self.retries < 0:
+            raise ValueError(f"AgentConfig: retries must be >= 0 (0: lost episodes are dropped), got {self.retries}")
         if self.sero_rows not in ("credit", "supervised"):
             raise ValueError(f"AgentConfig: sero_rows must be 'credit' or 'supervised', got {self.sero_rows!r}")
         check_sero_estimator(self.sero, self.estimator, LOCAL_NAMES)
