@@ -22,10 +22,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.envs.registration import load_env_creator
 
 from envkit.credit.defaults import GAMMA_G, MIN_ROOT_BUDGET
 
 NAMESPACE = "envkit"
+#: Where `make` runs an env other than in this process, as ``"module:Class"`` entry points (loaded by gymnasium's
+#: loader, as the domains' ``entry_point`` are): a session on an ``envkit-serve`` server (``remote=URL``) or on a
+#: Ray env fleet (``fleet=...``). Named, not imported: both import `envkit.pool_contract.EnvFactory`, whose
+#: envs this module makes, so an import here would close a circle.
+PLACEMENTS = {"remote": "envkit.remote.client:RemoteEnv", "fleet": "envkit.fleet.env:FleetEnv"}
 
 
 @dataclass(frozen=True)
@@ -199,13 +205,9 @@ def make(env_id: str, *, remote: str | None = None, fleet: Any = None, **kwargs:
     from envkit.errors import UnknownEnvError
 
     if remote is not None:
-        from envkit.remote.client import RemoteEnv
-
-        return RemoteEnv(env_id, remote, **kwargs)
+        return load_env_creator(PLACEMENTS["remote"])(env_id, remote, **kwargs)
     if fleet is not None:
-        from envkit.fleet.env import FleetEnv
-
-        return FleetEnv(env_id, fleet, **kwargs)
+        return load_env_creator(PLACEMENTS["fleet"])(env_id, fleet, **kwargs)
     register_envs()
     if env_id not in gym.registry:
         hint = suggest(env_id)
