@@ -140,7 +140,7 @@ class Episode:
 _ENV_CACHE: dict[str, list[Any]] = {}
 
 
-def _envs(env_id: str, n: int, fleet: FleetConfig | None = None) -> list[Any]:
+def shared_envs(env_id: str, n: int, fleet: FleetConfig | None = None) -> list[Any]:
     """The first `n` envs of this process's envs of `env_id` (on `fleet`'s actors when given), made on demand."""
     pool = _ENV_CACHE.setdefault(env_id if fleet is None else f"{env_id}@{fleet!r}", [])
     while len(pool) < n:
@@ -221,7 +221,7 @@ def play_specs(
         raise ValueError("play: agent.max_turns is None; resolve the settings with cfg.for_env(env_id) first")
     if started is not None and len(started) != len(specs):
         raise ValueError(f"play_specs: {len(started)} started episodes for {len(specs)} specs; give one per spec")
-    envs = _envs(env_id, env_offset + len(specs), cfg.fleet)[env_offset:] if started is None else []
+    envs = shared_envs(env_id, env_offset + len(specs), cfg.fleet)[env_offset:] if started is None else []
     episodes = [] if started is None else list(started)
     for spec, env in zip(specs if started is None else [], envs, strict=True):
         obs, info0 = env.reset(seed=int(spec.seed))

@@ -33,7 +33,7 @@ from envkit.lifetime import discard_many, instance_scoped
 from envkit.trainers.explorers.branch import BranchConfig, admit, worst_cost
 from envkit.trainers.local.contracts import AgentExplorer, Budget
 from envkit.trainers.local.generation import batch_sequences
-from envkit.trainers.local.multi_turn import AgentConfig, Episode, EpisodeSpec, _envs, play_specs
+from envkit.trainers.local.multi_turn import AgentConfig, Episode, EpisodeSpec, play_specs, shared_envs
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -253,7 +253,7 @@ class AgentBranchDriver(AgentExplorer):
                 envs = [b.env for b, _, _ in now]
             else:
                 now, later = pending, []
-                envs = _envs(env_id, offset + len(now), self.agent.fleet)[offset:]
+                envs = shared_envs(env_id, offset + len(now), self.agent.fleet)[offset:]
                 offset += len(now)
             kids = []
             for (b, t, index), env in zip(now, envs, strict=True):
