@@ -44,27 +44,28 @@ def _layer_parts(module: str) -> tuple[str, ...]:
     return parts[1:] if len(parts) > 1 and parts[0] == "envkit" and parts[1] in UNDER_ENVKIT else parts
 
 
-def _tree(path: Path) -> ast.Module:
-    """The file's syntax tree, parsed once for all the checks (keyed by its size and time: test files change)."""
+def _import_nodes(path: Path) -> tuple[tuple[ast.Import | ast.ImportFrom, bool], ...]:
+    """Every import statement of the file with whether it is at module level; parsed once for all the checks
+    (keyed by the file's size and time: the tests below write files)."""
     st = path.stat()
-    return _parse(path, st.st_mtime_ns, st.st_size)
+    return _parse_imports(path, st.st_mtime_ns, st.st_size)
 
 
 @functools.cache
-def _parse(path: Path, _mtime: int, _size: int) -> ast.Module:
-    return ast.parse(path.read_text(), filename=str(path))
+def _parse_imports(path: Path, _mtime: int, _size: int) -> tuple[tuple[ast.Import | ast.ImportFrom, bool], ...]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    top = {id(n) for n in tree.body}
+    return tuple((n, id(n) in top) for n in ast.walk(tree) if isinstance(n, ast.Import | ast.ImportFrom))
 
 
 def _imports(path: Path) -> Iterator[tuple[int, str, bool]]:
     """(line, imported module, at module level) of every absolute import in the file."""
-    tree = _tree(path)
-    top = {id(n) for n in tree.body}
-    for node in ast.walk(tree):
+    for node, module_level in _import_nodes(path):
         if isinstance(node, ast.Import):
             for alias in node.names:
-                yield node.lineno, alias.name, id(node) in top
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            yield node.lineno, node.module, id(node) in top
+                yield node.lineno, alias.name, module_level
+        elif node.level == 0 and node.module:
+            yield node.lineno, node.module, module_level
 
 
 def _modules() -> list[Path]:
@@ -164,7 +165,7 @@ def _import_graph(paths: list[Path]) -> dict[str, set[str]]:
     modules = {_module_name(p): p for p in paths}
     graph: dict[str, set[str]] = {m: set() for m in modules}
     for name, path in modules.items():
-        for node in ast.walk(_tree(path)):
+        for node, _ in _import_nodes(path):
             targets: list[str] = []
             if isinstance(node, ast.Import):
                 targets = [a.name for a in node.names]
@@ -214,7 +215,7 @@ def _private_imports(path: Path) -> list[tuple[str, str, str]]:
     rel = str(path.relative_to(ROOT))
     return [
         (rel, node.module, alias.name)
-        for node in ast.walk(_tree(path))
+        for node, _ in _import_nodes(path)
         if isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").split(".")[0] in RANK
         for alias in node.names
         if alias.name.startswith("_") and not alias.name.startswith("__")
