@@ -24,8 +24,9 @@ import tyro
 
 from envkit.credit.sero import SeroConfig, SeroOptions, widen_options
 from envkit.credit.state_keys import StateKeyKind
+from envkit.env_settings import ORACLE_NAMES, EnvSettings, resolve_env_settings
 from envkit.fleet.config import FleetConfig
-from envkit.registration import ENVS, EnvEntry, env_facts
+from envkit.registration import ENVS, EnvEntry
 from envkit.runtime.command_line import key_values
 from envkit.runtime.models import DEVICE
 
@@ -133,28 +134,37 @@ class RunConfig:
         if not str(self.out).endswith((".parquet", ".jsonl")):
             raise ValueError(f"--out must end in .parquet or .jsonl, got {self.out!r}")
         object.__setattr__(self, "sero", widen_options(self.sero, OracleSeroOptions, "RunConfig.sero"))
-        self.sero_config  # noqa: B018  (validates the resolved SERO settings)
+        # the env's facts filled and checked once, by the resolver both trainers share (nothing re-resolved on read)
+        settings = resolve_env_settings(
+            self.env_id, names=ORACLE_NAMES, horizon=self.max_steps, root_budget=self.sero.min_budget,
+            gamma_g=self.gamma_g, sero=self.sero.roots_per_group > 0,
+        )  # fmt: skip
+        sero = dataclasses.replace(self.sero, min_budget=settings.root_budget)
+        resolved = sero.resolve(
+            horizon=int(settings.horizon or 1), gamma_g=settings.gamma_g, oracle_kwargs=self.oracle_kwargs
+        )
+        object.__setattr__(self, "_resolved", (settings, resolved))
+
+    @property
+    def settings(self) -> EnvSettings:
+        """The env's resolved values (`envkit.env_settings.EnvSettings`: horizon, root budget, gamma_g)."""
+        return self.__dict__["_resolved"][0]  # type: ignore[no-any-return]
 
     @property
     def horizon(self) -> int:
         """Episode step budget (``max_steps``, else the env's)."""
-        return self.max_steps if self.max_steps is not None else env_facts(self.env_id).horizon
+        return int(self.settings.horizon or 1)
 
     @property
     def root_budget(self) -> int:
         """A root's minimum budget left (``sero.min_budget``, else the env's)."""
-        return self.sero_config.root_budget
+        return self.settings.root_budget
 
     @property
     def sero_config(self) -> SeroConfig:
-        """The SERO settings the maths read: ``sero`` plus this run's horizon, env facts and oracle arguments."""
-        facts = env_facts(self.env_id)
-        return self.sero.resolve(
-            horizon=self.horizon,
-            env_id=self.env_id,
-            gamma_g=self.gamma_g if self.gamma_g is not None else facts.gamma_g,
-            oracle_kwargs=self.oracle_kwargs,
-        )
+        """The SERO settings the maths read: ``sero`` plus this run's horizon, env facts and oracle arguments,
+        resolved once."""
+        return self.__dict__["_resolved"][1]  # type: ignore[no-any-return]
 
     def meta(self) -> dict[str, Any]:
         """Settings that determine the records (checked on resume; workers/backend/tasks may change).

@@ -91,8 +91,8 @@ def sero_credit(
         raise ValueError("sero_credit: agent.max_turns is None; resolve the settings with cfg.for_env(env_id) first")
     opts = cfg.sero_opts
     scfg = opts.resolve(
-        horizon=cfg.max_turns, env_id=env_id,
-        gamma_g=cfg.adv.graphgpo_kwargs()["gamma_g"], terminal_reward=float(cfg.adv.terminal_reward or 0.0),
+        horizon=cfg.max_turns, gamma_g=cfg.adv.graphgpo_kwargs()["gamma_g"],
+        terminal_reward=float(cfg.adv.terminal_reward or 0.0),
     )  # fmt: skip
     budget = opts.max_oracle_rows(len(episodes))
     counts = dict.fromkeys(

@@ -174,7 +174,7 @@ class GymAgentExecutor(AgentExecutorBase):
             if budget <= 0:
                 truncated, reason = True, "context"
                 break
-            if self.config.max_turns and len(turns) >= self.config.max_turns:
+            if self.config.turn_cap and len(turns) >= self.config.turn_cap:  # resolved: --sero fills the env's
                 truncated, reason = True, "max_turns"
                 break
             params = deepcopy(sampling_params)

@@ -99,10 +99,10 @@ async def sero_group(
     records = [RolloutRecord.from_dict(r[RESPONSE_KEY]) for r in responses]
     if any(e is None for e in episodes) or not records:
         return responses
-    horizon = cfg.max_turns or opts.oracle_max_steps
+    scfg = cfg.sero_config  # resolved once from --env (envkit.env_settings): the turn cap is SERO's horizon
+    horizon = scfg.horizon
     trajs = [e.trajectory(rec.success) for e, rec in zip(episodes, records)]  # type: ignore[union-attr]
-    scfg = opts.resolve(horizon=horizon, env_id=trajs[0].env_id)
-    cap = min(opts.roots_per_group, int(np.floor(opts.max_oracle_share * len(responses))))
+    cap = min(opts.roots_per_group, opts.max_oracle_rows(len(responses), replace=True))
     out = list(responses)
     used: set[int] = set()
     picker = RootRounds(trajs, 0, scfg)  # a root the oracle proves dead is replaced by the next candidate

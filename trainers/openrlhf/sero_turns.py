@@ -49,7 +49,7 @@ def sero_turn_advantages(
             )
         )  # fmt: skip
         where.append((i, js))
-    res = sero_advantages(table, rescues, cfg.adv, cfg.sero_opts)
+    res = sero_advantages(table, rescues, cfg.credit_options, cfg.sero_opts)
     per_turn = [np.zeros(max(len(r.turns), 1)) for r in batch]
     weights = [np.ones(max(len(r.turns), 1)) for r in batch]
     for r, (i, j) in enumerate(owner):

@@ -202,7 +202,7 @@ def compute_turn_advantages(rows: Sequence[SampleRow], cfg: BackendConfig, step:
     else:
         table, owner = _step_table(rows, groups, cfg)
         stats[f"state_key_{turns_state_key(rows, cfg)}"] = 1.0
-        adv = turn_credit(table, cfg.advantage, cfg.adv).advantages
+        adv = turn_credit(table, cfg.advantage, cfg.credit_options).advantages
         per_turn = [np.zeros(turn_counts[i]) for i in range(n)]
         pos = [0] * n
         for t, i in enumerate(owner):
@@ -230,17 +230,19 @@ def compute_turn_advantages(rows: Sequence[SampleRow], cfg: BackendConfig, step:
     oracle = np.array([bool(r.record is not None and r.record.oracle) for r in rows])
     # EDEN reports it over the mixed groups before absorb (the paper's measure); otherwise over the final values
     stats.setdefault(
-        "zero_adv_group_frac", zero_advantage_fraction(np.array([float(np.max(np.abs(p))) for p in per_turn]), groups)
+        "zero_adv_fraction", zero_advantage_fraction(np.array([float(np.max(np.abs(p))) for p in per_turn]), groups)
     )
     stats["success_rate"] = float(np.mean([r.success for r in rows])) if n else 0.0
-    stats["truncated_rate"] = float(np.mean([bool(r.record and r.record.truncated) for r in rows])) if n else 0.0
+    stats["truncated_episode_share"] = (
+        float(np.mean([bool(r.record and r.record.truncated) for r in rows])) if n else 0.0
+    )
     if cfg.sero:
         w_oracle = np.array([w for i in range(n) for w, t in zip(weights[i], rows[i].turns) if t.oracle])
         stats["sero_oracle_share"] = float(oracle.mean()) if n else 0.0
-        stats["sero_mean_weight"] = float(w_oracle.mean()) if len(w_oracle) else 0.0
+        stats["sero_weight_mean"] = float(w_oracle.mean()) if len(w_oracle) else 0.0
     if cfg.explorer == "eden":
         stats["eden_noisy_share"] = float(noisy.mean()) if n else 0.0
-        stats["eden_noisy_kept"] = float((keep & noisy).sum() / max(int(noisy.sum()), 1))
+        stats["eden_noisy_kept_share"] = float((keep & noisy).sum() / max(int(noisy.sum()), 1))
     if cfg.explorer == "xrpo":
         sizes = np.bincount(np.unique(np.asarray([str(g) for g in groups]), return_inverse=True)[1])
         icl = [bool(r.record and r.record.spec.prefix) for r in rows]

@@ -160,7 +160,7 @@ def test_the_env_s_registered_facts_are_the_defaults_and_a_turn_cap_below_the_ro
         sero_opts=SeroOptions(min_budget=3),
     ).for_env("envkit/WebShop-v0")
     assert (mine.max_turns, mine.adv.gamma_g, mine.sero_opts.min_budget) == (9, 0.5, 3)  # what a user sets stays
-    with pytest.raises(ValueError, match=r"SERO roots need 8 steps.*agent.max_turns=6.*at least 8.*horizon is 15"):
+    with pytest.raises(ValueError, match=r"SERO roots need 8 steps.*agent.max_turns 6.*at least 8.*horizon is 15"):
         AgentConfig(estimator="graphgpo", sero=True, max_turns=6).for_env("envkit/WebShop-v0")
     with pytest.raises(ValueError, match="at least 8"):
         TrainConfig(task="envkit/WebShop-v0", agent=AgentConfig(estimator="graphgpo", sero=True, max_turns=6))

@@ -35,14 +35,15 @@ def _group(tokenizer, fleet):
     from vllm import SamplingParams
 
     import envkit  # noqa: F401
-    from envkit.trainers.openrlhf.config import BackendConfig, OpenRLHFSeroOptions
+    from envkit.trainers.openrlhf.config import BackendConfig
     from envkit.trainers.openrlhf.gym_executor import GymAgentExecutor
     from envkit.trainers.openrlhf.rollout_actor import run_planned
     from envkit.trainers.openrlhf.rollout_records import RolloutSpec
+    from envkit.trainers.sero_options import TrainerSeroOptions
 
     cfg = BackendConfig(
         env_id="envkit/Toy-v0", n_samples_per_prompt=4, max_turns=4, sero=True, advantage="graphgpo",
-        sero_opts=OpenRLHFSeroOptions(roots_per_group=2, max_oracle_share=0.5), fleet=fleet,
+        sero_opts=TrainerSeroOptions(roots_per_group=2, max_oracle_share=0.5), fleet=fleet,
     )  # fmt: skip
     ex = GymAgentExecutor(cfg)
     specs = [RolloutSpec("g0", i).to_dict() for i in range(4)]
