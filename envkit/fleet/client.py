@@ -20,7 +20,7 @@ from envkit.errors import EnvkitError, FleetActorLostError, SnapshotLostError, r
 from envkit.fleet.actor import EnvHost
 from envkit.fleet.config import FleetConfig
 from envkit.fleet.handles import FleetSnapshot
-from envkit.pool import EnvFactory
+from envkit.pool_contract import EnvFactory
 
 #: Seconds a new actor may take to be placed and start (no node with room: the error says how to add one).
 START_TIMEOUT_S = 120.0

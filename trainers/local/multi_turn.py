@@ -148,7 +148,7 @@ _ENV_CACHE: dict[str, list[Any]] = {}
 LOST_ENV_ERRORS = (WorkerCrashedError, SessionLostError, SnapshotLostError)
 
 
-def _envs(env_id: str, n: int, fleet: FleetConfig | None = None) -> list[Any]:
+def shared_envs(env_id: str, n: int, fleet: FleetConfig | None = None) -> list[Any]:
     """The first `n` envs of this process's envs of `env_id` (on `fleet`'s actors when given), made on demand."""
     pool = _ENV_CACHE.setdefault(env_id if fleet is None else f"{env_id}@{fleet!r}", [])
     while len(pool) < n:
@@ -235,7 +235,7 @@ def play_specs(
     kw: dict[str, Any] = dict(max_new_tokens=max_new_tokens, temperature=temperature, record=record)
     kw["return_logprobs"] = return_logprobs
     if envs is None and started is None:
-        envs = _envs(env_id, env_offset + len(specs), cfg.fleet)[env_offset:]
+        envs = shared_envs(env_id, env_offset + len(specs), cfg.fleet)[env_offset:]
     episodes = _play_round(model, tokenizer, env_id, specs, cfg, seed=seed, envs=envs or [], started=started, **kw)
     for attempt in range(cfg.retries if started is None else 0):
         lost = [i for i, e in enumerate(episodes) if e.lost]

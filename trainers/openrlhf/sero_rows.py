@@ -42,7 +42,7 @@ from envkit.trainers.sero_splice import splice_oracle_steps
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from envkit.trainers.openrlhf.gym_executor import GymAgentExecutor
+    from envkit.trainers.openrlhf.executor_contract import GroupExecutor
 
 
 @dataclass
@@ -82,7 +82,7 @@ def _tokenize(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
 
 
 async def sero_group(
-    executor: GymAgentExecutor,
+    executor: GroupExecutor,
     responses: list[dict],
     episodes: list[SeroEpisode | None],
     actor: Any,

@@ -38,7 +38,7 @@ def _cfg(tmp_path, **branch) -> TrainConfig:
 def counted_steps(monkeypatch):
     """Counts every `step` call on the trainer's Toy env instances (the real env does the step)."""
     calls = {"n": 0}
-    for env in multi_turn._envs(TOY, 40):
+    for env in multi_turn.shared_envs(TOY, 40):
 
         def counting(action, _step=env.step):
             calls["n"] += 1

@@ -53,7 +53,7 @@ def test_sero_batch_on_the_fleet_equals_in_process(fleet_cluster, tmp_path):
     fleet = _batch(_cfg(tmp_path / "b", FLEET))
     assert fleet[1]["sero_tried"] >= 1 and fleet[1]["sero_native"] == fleet[1]["sero_tried"]
     _same(*local, *fleet)
-    envs = multi_turn._envs("envkit/Toy-v0", 1, FLEET)
+    envs = multi_turn.shared_envs("envkit/Toy-v0", 1, FLEET)
     assert isinstance(envs[0], FleetEnv)
     assert sum(i["snapshots"] for i in get_fleet(FLEET).info()) == 0  # discarded where they live
 

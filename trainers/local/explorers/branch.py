@@ -38,9 +38,9 @@ from envkit.trainers.local.multi_turn import (
     AgentConfig,
     Episode,
     EpisodeSpec,
-    _envs,
     lost_episode,
     play_specs,
+    shared_envs,
 )
 
 if TYPE_CHECKING:
@@ -260,7 +260,7 @@ class AgentBranchDriver(AgentExplorer):
                 envs = [b.env for b, _, _ in now]
             else:
                 now, later = pending, []
-                envs = _envs(env_id, offset + len(now), self.agent.fleet)[offset:]
+                envs = shared_envs(env_id, offset + len(now), self.agent.fleet)[offset:]
                 offset += len(now)
             kids = []
             for (b, t, index), env in zip(now, envs, strict=True):
