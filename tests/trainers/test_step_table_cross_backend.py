@@ -153,7 +153,6 @@ CASES = [
 ]
 
 
-@pytest.mark.xfail(strict=True, reason="issue 36: three step-table conventions (fixed in the next commit)")
 @pytest.mark.parametrize(("estimator", "adv", "sero"), CASES, ids=["gigpo", "gigpo_mean_obs", "graphgpo",
                                                                     "graphgpo_obs", "graphgpo_sero"])  # fmt: skip
 def test_failed_and_truncated_groups_get_the_same_credit_in_every_backend(estimator, adv, sero):

@@ -17,7 +17,7 @@ import numpy as np
 from envkit.credit.advantages import group_advantages, zero_advantage_fraction
 from envkit.credit.turn_credit import turn_credit
 from envkit.trainers.local.contracts import AgentExplorer, Budget, step_seed
-from envkit.trainers.local.episode_steps import _success_reward, episodes_state_key, step_table
+from envkit.trainers.local.episode_steps import episodes_state_key, step_table
 from envkit.trainers.local.multi_turn import AgentConfig, Episode
 from envkit.trainers.local.update import TrainBatch
 
@@ -95,7 +95,7 @@ def _episode_metrics(episodes: list[Episode], per_episode: list[np.ndarray], cfg
     zero = zero_advantage_fraction(np.array([np.abs(a).max() if len(a) else 0.0 for a in per_episode]), groups)
     n_act = sum(len(e.actions) for e in episodes)
     return {
-        "reward_mean": float(np.mean([_success_reward(cfg) * e.success for e in episodes])),
+        "reward_mean": float(np.mean([float(cfg.adv.terminal_reward or 0.0) * e.success for e in episodes])),
         "success_rate": float(np.mean([e.success for e in episodes])),
         "zero_adv_fraction": zero,
         "response_length": float(np.mean([sum(e.flags) / max(1, len(e.actions)) for e in episodes])),

@@ -36,10 +36,9 @@ import torch
 
 from envkit.credit.sero import RootRounds
 from envkit.credit.sero_advantages import Rescue, SeroAdvantages, sero_advantages
-from envkit.credit.state_keys import resolve_state_key
 from envkit.lifetime import discard_many
 from envkit.oracles.continuation import ContinuationOutcome, continue_from_root, job_for
-from envkit.trainers.local.episode_steps import step_table
+from envkit.trainers.local.episode_steps import episodes_state_key, step_table
 from envkit.trainers.local.multi_turn import AgentConfig, Episode, continuation_ids
 from envkit.trainers.local.prompt_encoding import encode_text
 from envkit.trainers.local.shared_prefix import response_logits
@@ -161,10 +160,9 @@ def episode_credit(
 ) -> SeroAdvantages:
     """`envkit.credit.sero_advantages.sero_advantages` of a step: the plain GraphGPO table of its episodes
     (`episode_steps.step_table`, in episode order) and one `Rescue` per (episode, successful continuation, l_j).
-    States are anchors under ``adv.state_key`` (unset: the env's exact key when every policy and oracle state
-    has one); a rescue's follow the episode's path through its root (`Rescue.from_path`)."""
-    path_infos = [s.info for e, out in rescued for s in (*e.steps[: out.root.t], *out.steps)]
-    kind = resolve_state_key(cfg.adv.state_key, [*(i for e in episodes for i in e.infos), *path_infos])
+    States are anchors under `episodes_state_key` (the one rule: unset, the env's exact key when every policy
+    and oracle state has one); a rescue's follow the episode's path through its root (`Rescue.from_path`)."""
+    kind = episodes_state_key(episodes, cfg, [s.info for _, out in rescued for s in out.steps])
     rescues = [
         Rescue.from_path(
             kind, (e.states[0], e.infos[0] if e.infos else {}), e.steps[: out.root.t], out.steps, group=e.group,
