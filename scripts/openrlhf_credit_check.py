@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from envkit.core import Root, Step
-from envkit.credit.sero import SeroOptions
+from envkit.credit.sero import SeroOptions, widen_options
 from envkit.credit.turn_credit import turn_credit
 from envkit.oracles.continuation import ContinuationOutcome
 from envkit.recorder import EpisodeRecorder
@@ -40,6 +40,7 @@ from envkit.trainers.local.multi_turn import AgentConfig, Episode
 from envkit.trainers.local.sero import episode_credit
 from envkit.trainers.openrlhf.config import BackendConfig
 from envkit.trainers.openrlhf.rollout_records import RolloutRecord, Turn
+from envkit.trainers.sero_options import TrainerSeroOptions
 
 #: float32 tolerance of a token's value (the token tensor is float32; OpenRLHF's reward-to-go sums increments)
 TOKEN_RTOL = 1e-5
@@ -90,7 +91,8 @@ def local_credit(entry: dict[str, Any]) -> list[tuple[list[float], list[float]]]
         raise ValueError(f"not checkable: --explorer {cfg.explorer} --advantage {cfg.advantage} (see the module doc)")
     records = [RolloutRecord.from_dict(r["record"]) for r in entry["rows"]]
     episodes = [_episode(i, rec) for i, rec in enumerate(records)]
-    sero = SeroOptions(**{f.name: getattr(cfg.sero_opts, f.name) for f in fields(SeroOptions)})
+    shared = SeroOptions(**{f.name: getattr(cfg.sero_opts, f.name) for f in fields(SeroOptions)})
+    sero = widen_options(shared, TrainerSeroOptions, "credit check")  # the SERO options both backends share
     acfg = AgentConfig(estimator=cfg.advantage, sero=cfg.sero, max_turns=max(len(e.actions) for e in episodes),
                        adv=cfg.adv, sero_opts=sero)  # fmt: skip
     oracle_rows = [i for i, rec in enumerate(records) if rec.oracle]
