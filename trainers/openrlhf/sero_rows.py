@@ -27,8 +27,9 @@ it (`envkit.lifetime.discard_many`), whether or not SERO used them.
 from __future__ import annotations
 
 import asyncio
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -42,7 +43,14 @@ from envkit.trainers.sero_splice import splice_oracle_steps
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from envkit.trainers.openrlhf.gym_executor import GymAgentExecutor
+
+class EnvHost(Protocol):
+    """What `sero_group` needs of the executor (`GymAgentExecutor`): its config and an env lease per task
+    (a protocol, so this module does not import the executor that imports it)."""
+
+    config: BackendConfig
+
+    def lease(self, task: Any) -> AbstractAsyncContextManager[Any]: ...
 
 
 @dataclass
@@ -82,7 +90,7 @@ def _tokenize(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
 
 
 async def sero_group(
-    executor: GymAgentExecutor,
+    executor: EnvHost,
     responses: list[dict],
     episodes: list[SeroEpisode | None],
     actor: Any,
