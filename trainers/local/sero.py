@@ -102,24 +102,23 @@ def sero_credit(
         eps = sorted((e for e in episodes if e.group == g), key=lambda e: e.index)
         trajs = [e.trajectory(env_id) for e in eps]
         picker = RootRounds(trajs, g, scfg)  # a root the oracle proves dead is replaced by the next candidate
-        while roots := picker.pick():
-            for root in roots:
-                if len(found) >= budget:
-                    counts["capped"] += 1
-                    continue
-                out = continue_from_root(
-                    eps[root.trajectory].env, job_for(root, trajs[root.trajectory], env_id, cfg.max_turns)
-                )
-                picker.settle(dead=out.dead_end, root=root)
-                if out.dead_end:  # restored, checked, never continued: counted apart from the tried roots
-                    counts["dead"] += 1
-                    continue
-                counts["tried"] += 1
-                counts["restored"] += int(bool(out.restored_by))
-                counts["native"] += int(out.restored_by == "native")
-                counts["diverged"] += int(out.diverged)
-                if out.success and out.steps:
-                    found.append((eps[root.trajectory], out))
+        for root in picker.roots():  # round after round (`envkit.credit.sero.root_rounds`, the one loop)
+            if len(found) >= budget:
+                counts["capped"] += 1
+                continue
+            out = continue_from_root(
+                eps[root.trajectory].env, job_for(root, trajs[root.trajectory], env_id, cfg.max_turns)
+            )
+            picker.settle(dead=out.dead_end, root=root)
+            if out.dead_end:  # restored, checked, never continued: counted apart from the tried roots
+                counts["dead"] += 1
+                continue
+            counts["tried"] += 1
+            counts["restored"] += int(bool(out.restored_by))
+            counts["native"] += int(out.restored_by == "native")
+            counts["diverged"] += int(out.diverged)
+            if out.success and out.steps:
+                found.append((eps[root.trajectory], out))
         counts["succeeded"] += sum(1 for e, _ in found if e.group == g)
         counts["discarded"] += sum(discard_many(e.env, e.snapshots()) for e in eps)
     rows: list[OracleRow] = []
