@@ -44,7 +44,7 @@ if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
 
-class EnvHost(Protocol):
+class SeroGroupHost(Protocol):
     """What `sero_group` needs of the executor (`GymAgentExecutor`): its config and an env lease per task
     (a protocol, so this module does not import the executor that imports it)."""
 
@@ -90,7 +90,7 @@ def _tokenize(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
 
 
 async def sero_group(
-    executor: EnvHost,
+    executor: SeroGroupHost,
     responses: list[dict],
     episodes: list[SeroEpisode | None],
     actor: Any,
