@@ -30,7 +30,7 @@ import numpy as np
 from envkit.capability import capability_from_metadata
 from envkit.core import Trajectory
 from envkit.credit.advantage_options import AdvantageOptions
-from envkit.credit.sero import RootRounds, SeroConfig
+from envkit.credit.sero import RootRounds, SeroConfig, root_rounds
 from envkit.credit.sero_advantages import Rescue, SeroAdvantages, sero_advantages
 from envkit.credit.state_keys import StateKeyKind
 from envkit.credit.step_table import StepTable, trajectories_state_key
@@ -82,7 +82,7 @@ def continue_roots(
     """
     per_task: list[list[ContinuationOutcome]] = [[] for _ in idx]
     pickers = [RootRounds(g, i, sero) for i, g in zip(idx, groups, strict=True)]
-    while picks := [(k, r) for k, picker in enumerate(pickers) for r in picker.pick()]:
+    for picks in root_rounds(pickers):  # the one rounds loop (both trainers' too)
         jobs = [job_for(r, groups[k][r.trajectory], env_id, sero.horizon, **sero.oracle_kwargs) for k, r in picks]
         for (k, _), o in zip(picks, run_continuations(pool, jobs), strict=True):
             per_task[k].append(o)

@@ -26,15 +26,10 @@ RANK = {"envkit": 0, "runtime": 1, "envs": 2, "oracles": 3, "trainers": 4, "serv
 #: Layers whose folders sit at the repository's root and install under envkit (envkit/envs -> ../envs, ...).
 UNDER_ENVKIT = ("runtime", "envs", "oracles", "trainers", "serve", "interop")
 ENVKIT_THIRD_PARTY = {"numpy", "gymnasium"}
-#: Import circles still standing, each as the sorted set of its modules. Issue 36: the OpenRLHF SERO turn-credit
-#: modules are being rewritten (one StepTable builder); remove the entry when they no longer import each other.
-ALLOWED_CIRCLES: set[frozenset[str]] = {
-    frozenset({"envkit.trainers.openrlhf.sero_turns", "envkit.trainers.openrlhf.turn_advantages"}),
-}
-#: Private names still imported from another module, as (importing file, module, name). Issue 36, as above.
-ALLOWED_PRIVATE: set[tuple[str, str, str]] = {
-    ("trainers/openrlhf/sero_turns.py", "envkit.trainers.openrlhf.turn_advantages", "_step_table"),
-}
+#: Import circles still standing, each as the sorted set of its modules (none: issue 36 removed the last ones).
+ALLOWED_CIRCLES: set[frozenset[str]] = set()
+#: Private names still imported from another module, as (importing file, module, name) (none, as above).
+ALLOWED_PRIVATE: set[tuple[str, str, str]] = set()
 
 
 def _layer_parts(module: str) -> tuple[str, ...]:

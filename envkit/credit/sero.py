@@ -36,7 +36,7 @@ Example:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, TypeVar
 
@@ -53,6 +53,7 @@ __all__ = [
     "SeroOptions",
     "group_transitions",
     "reaching_success",
+    "root_rounds",
     "select_roots",
     "widen_options",
 ]
@@ -313,9 +314,24 @@ class RootRounds:
         self.owed = 0
         return roots
 
+    def roots(self) -> Iterator[Root]:
+        """This group's roots one at a time, round after round (`root_rounds` over this picker alone): settle each
+        before the next round begins."""
+        for picks in root_rounds([self]):
+            yield from (root for _, root in picks)
+
     def settle(self, *, dead: bool, root: Root | None = None) -> None:
         """Report one picked root's outcome; a dead one is owed a replacement in the next round (and, given as
         ``root``, no longer counts as its episode's root)."""
         self.owed += int(dead)
         if dead and root is not None and self.taken.get(root.trajectory, 0) > 0:
             self.taken[root.trajectory] -= 1
+
+
+def root_rounds(pickers: Sequence[RootRounds]) -> Iterator[list[tuple[int, Root]]]:
+    """The one loop over rounds of SERO roots, for every caller (``envkit-oracle``'s pipeline over many groups, both
+    trainers over one group at a time through `RootRounds.roots`): each round, the roots every group's picker owes,
+    as (index in `pickers`, root). Settle each round's roots (`RootRounds.settle`) before the next round; it ends
+    when no group owes a root."""
+    while picks := [(k, r) for k, picker in enumerate(pickers) for r in picker.pick()]:
+        yield picks

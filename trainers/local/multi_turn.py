@@ -86,7 +86,7 @@ class Episode:
     context_truncated: bool = False
     action_truncated: int = 0
     seed: int | None = None
-    recorder: EpisodeRecorder | None = None  # with ``record=True``: the env steps and snapshots (SERO, branching)
+    recorder: EpisodeRecorder | None = None  # the env steps (`play_specs` always; snapshots with ``record=True``)
     icl: bool = False  # XRPO: the first prompt carries ICL demonstrations
     noisy: bool = False  # EDEN: the first turn had a perturbed extra input position
     in_loss: bool = True  # False: the explorer dropped this episode from the loss (EDEN's top-p selection)
@@ -99,7 +99,7 @@ class Episode:
     @property
     def initial_info(self) -> dict[str, Any]:
         """The JSON-able info where the recording starts (the reset's; a fork's: its start state's), from
-        `recorder`; empty when the episode was played without ``record=True``."""
+        `recorder`; empty for an episode not played by `play_specs`."""
         return self.recorder.initial_info if self.recorder is not None else {}
 
     @property
@@ -118,7 +118,7 @@ class Episode:
 
     @property
     def steps(self) -> tuple[Step, ...]:
-        """The recorded env steps (``record=True``; empty otherwise), each with the snapshot before it."""
+        """The recorded env steps, each with the snapshot before it (``record=True``; None otherwise)."""
         return self.recorder.steps if self.recorder is not None else ()
 
     @property
@@ -131,13 +131,13 @@ class Episode:
         return self.recorder.snapshots() if self.recorder is not None else []
 
     def trajectory(self, env_id: str) -> Trajectory:
-        """The episode as an `envkit.core.Trajectory` (needs ``record=True`` in `play`).
+        """The episode as an `envkit.core.Trajectory` (snapshots only with ``record=True`` in `play`).
 
         Raises:
-            ValueError: the episode was played without ``record=True``.
+            ValueError: the episode has no recorder (it was not played by `play_specs`).
         """
         if self.recorder is None:
-            raise ValueError(f"episode {self.group}/{self.index} recorded no steps: play it with record=True")
+            raise ValueError(f"episode {self.group}/{self.index} recorded no steps: play it with play_specs")
         return self.recorder.trajectory(env_id=env_id, task_id=str(self.seed), seed=self.seed, success=self.success)
 
 
@@ -193,8 +193,9 @@ def play(
 ) -> list[Episode]:
     """Play `group_size` episodes of each task seed, batching one `generate` call per turn over live episodes.
 
-    With `record`, each episode also keeps its `envkit.core.Step`s with a snapshot of the state before every
-    action and of its final state (SERO's roots); the caller discards them in ``episode.env`` once the group is
+    Each episode keeps its `envkit.core.Step`s in ``episode.recorder`` (its final observation too, which the
+    step table needs); with `record`, each step also has a snapshot of the state before it, and the final
+    state one by the recorder's rule (SERO's roots); the caller discards them in ``episode.env`` once the group is
     credited (``envkit.lifetime.discard_many(e.env, e.snapshots())``; `envkit.trainers.local.sero.sero_credit` does).
     """
     specs = [EpisodeSpec(g, k, int(s)) for g, s in enumerate(seeds) for k in range(group_size)]
@@ -288,14 +289,15 @@ def _play_round(
             )
         ep = Episode(spec.group, spec.index, env, ids, list(ids), [], [], [str(obs)], [], [], [])
         ep.seed = int(spec.seed)
-        ep.recorder = EpisodeRecorder(obs, info0, snapshots=_has_snapshots(env)) if record else None
+        ep.recorder = EpisodeRecorder(obs, info0, snapshots=record and _has_snapshots(env))  # the episode's record
         ep.infos = [jsonable(info0)]
         ep.icl = spec.prompt_text is not None
         ep.noisy = spec.first_extra is not None
         episodes.append(ep)
-    for e in episodes if record and started is not None else []:  # a branch records from where it starts
+    for e in episodes if started is not None else []:  # a branch records from where it starts
         if e.recorder is None and not e.lost:
-            e.recorder = EpisodeRecorder(e.states[-1], e.infos[-1] if e.infos else {}, snapshots=_has_snapshots(e.env))
+            snaps = record and _has_snapshots(e.env)
+            e.recorder = EpisodeRecorder(e.states[-1], e.infos[-1] if e.infos else {}, snapshots=snaps)
     temp_of = {id(e): temperature if sp.temperature is None else sp.temperature for e, sp in zip(episodes, specs)}
     extra_of = {id(e): sp.first_extra for e, sp in zip(episodes, specs)}
     noisy_start = any(x is not None for x in extra_of.values())

@@ -114,6 +114,10 @@ class BackendConfig:
     verify_weights: bool = True
     """After every weight broadcast, compare a checksum of every actor tensor with the engines' copy (in the synced
     dtype) and stop the run when one differs (`envkit.trainers.openrlhf.weight_check`)."""
+    credit_log: bool = False
+    """Write one group's credit per step, as it reached the loss, to ``envkit_credit.jsonl`` in ``--ckpt.output_dir``
+    (`envkit.trainers.openrlhf.credit_log`); ``python scripts/openrlhf_credit_check.py FILE`` recomputes it with the
+    local trainer's credit and compares value by value."""
 
     def __post_init__(self) -> None:
         if self.explorer not in EXPLORERS:

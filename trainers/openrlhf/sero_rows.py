@@ -106,7 +106,7 @@ async def sero_group(
     out = list(responses)
     used: set[int] = set()
     picker = RootRounds(trajs, 0, scfg)  # a root the oracle proves dead is replaced by the next candidate
-    for root in (r for roots in iter(picker.pick, []) for r in roots):
+    for root in picker.roots():  # round after round (`envkit.credit.sero.root_rounds`, the one loop)
         if len(used) >= cap or root.trajectory in used:
             continue
         task = episodes[root.trajectory].task  # type: ignore[union-attr]

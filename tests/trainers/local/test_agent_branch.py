@@ -72,7 +72,7 @@ def test_the_env_step_budget_holds_and_every_snapshot_is_discarded(tmp_path, cou
     for env, s in snaps:
         with pytest.raises(SnapshotError, match="discarded"):
             env.restore(s)
-    assert not any(e.steps for e in branches)  # branches take no snapshots of their own
+    assert not any(e.snapshots() for e in branches)  # branches take no snapshots of their own
 
 
 def test_a_tight_budget_admits_only_points_whose_worst_case_fits(tmp_path, counted_steps):
