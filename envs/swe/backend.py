@@ -16,22 +16,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from envkit.errors import EnvkitError
+from envkit.envs.swe.sandbox_facts import SYSTEM_DIRS, SandboxError
+from envkit.envs.swe.sandbox_facts import WORKDIR as WORKDIR  # re-exported: backends and tools import it from here
 
 if TYPE_CHECKING:
     from envkit.envs.swe.environments import TaskEnvironment
 
-WORKDIR = "/repo"
-
-
 _VOLATILE_VARS = {"PWD", "OLDPWD", "SHLVL", "_"}
-
-
-SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-
-
-class SandboxError(EnvkitError, RuntimeError):
-    """The sandbox could not start (missing tool, missing privilege); the message says how to fix it."""
 
 
 @dataclass(frozen=True)

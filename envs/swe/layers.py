@@ -27,7 +27,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from envkit.envs.swe.layer_files import (
     MNT_DETACH,
@@ -39,8 +39,12 @@ from envkit.envs.swe.layer_files import (
 )
 from envkit.envs.swe.store_quota import Account, Budgets, OwnerUsage, StoreQuotaError
 
-if TYPE_CHECKING:
-    from envkit.envs.swe.overlay import OverlayTree
+
+class MountedTree(Protocol):
+    """What the store needs of a tree mounted on its layers (`envkit.envs.swe.overlay.OverlayTree`): a way to
+    unmount it when the store closes first."""
+
+    def close(self) -> None: ...
 
 __all__ = ["Account", "LayerStore", "StoreQuotaError"]
 
@@ -112,7 +116,7 @@ class LayerStore:
         self._pinned: set[str] = set()
         self._merged: dict[tuple[str, ...], str] = {}
         self._counter = itertools.count()
-        self._trees: set[OverlayTree] = set()
+        self._trees: set[MountedTree] = set()
         self._owned = root is None
         self._pid = os.getpid()
         if self._owned:
@@ -373,11 +377,11 @@ class LayerStore:
         chown_tree(out, uid, gid)
         return self.commit(out, layer, pin=True)
 
-    def attach(self, tree: OverlayTree) -> None:
+    def attach(self, tree: MountedTree) -> None:
         """Register a mounted tree: `close` unmounts it with the store."""
         self._trees.add(tree)
 
-    def detach(self, tree: OverlayTree) -> None:
+    def detach(self, tree: MountedTree) -> None:
         """Forget a tree that unmounted itself."""
         self._trees.discard(tree)
 
