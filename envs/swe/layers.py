@@ -46,6 +46,7 @@ class MountedTree(Protocol):
 
     def close(self) -> None: ...
 
+
 __all__ = ["Account", "LayerStore", "StoreQuotaError"]
 
 
