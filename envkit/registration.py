@@ -15,9 +15,11 @@ register.
 from __future__ import annotations
 
 import difflib
+import importlib
 import importlib.util
 import os
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,6 +28,12 @@ import gymnasium as gym
 from envkit.credit.defaults import GAMMA_G, MIN_ROOT_BUDGET
 
 NAMESPACE = "envkit"
+#: Where `make` runs an env other than in this process, as ``"module:Class"`` entry points (imported when used, as
+#: the domains' ``entry_point`` are): a session on an ``envkit-serve`` server (``remote=URL``) or on a
+#: Ray env fleet (``fleet=...``). Named, not imported: the fleet's env builds its envs with
+#: `envkit.pool_contract.EnvFactory`, which calls `make`, so importing it here would close a circle (the remote
+#: env is named alike).
+PLACEMENTS = {"remote": "envkit.remote.client:RemoteEnv", "fleet": "envkit.fleet.env:FleetEnv"}
 
 
 @dataclass(frozen=True)
@@ -199,13 +207,9 @@ def make(env_id: str, *, remote: str | None = None, fleet: Any = None, **kwargs:
     from envkit.errors import UnknownEnvError
 
     if remote is not None:
-        from envkit.remote.client import RemoteEnv
-
-        return RemoteEnv(env_id, remote, **kwargs)
+        return _placement("remote")(env_id, remote, **kwargs)
     if fleet is not None:
-        from envkit.fleet.env import FleetEnv
-
-        return FleetEnv(env_id, fleet, **kwargs)
+        return _placement("fleet")(env_id, fleet, **kwargs)
     register_envs()
     if env_id not in gym.registry:
         hint = suggest(env_id)
@@ -216,3 +220,10 @@ def make(env_id: str, *, remote: str | None = None, fleet: Any = None, **kwargs:
             + f" envkit registers: {known}"
         )
     return gym.make(env_id, **kwargs)
+
+
+def _placement(where: str) -> Callable[..., gym.Env[Any, Any]]:
+    """The env class of a `PLACEMENTS` entry, imported now."""
+    module, _, name = PLACEMENTS[where].partition(":")
+    cls: Callable[..., gym.Env[Any, Any]] = getattr(importlib.import_module(module), name)
+    return cls

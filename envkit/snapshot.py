@@ -315,6 +315,11 @@ class SnapshotEnvBase(gym.Env[str, str]):
     def _discard(self, payload: Any) -> None:
         """Release resources held by a payload (default: nothing to release)."""
 
+    def native_bytes(self, snapshot: Snapshot) -> int:
+        """Bytes `snapshot` holds outside Python objects (disk layers, engine memory) that discarding it frees;
+        a server adds them to the snapshot's charge (`envkit.serve.budget`). Default 0."""
+        return 0
+
 
 @dataclass(frozen=True)
 class ReplayState:

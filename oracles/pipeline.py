@@ -30,7 +30,7 @@ import numpy as np
 from envkit.capability import capability_from_metadata
 from envkit.core import Trajectory
 from envkit.credit.advantage_options import AdvantageOptions
-from envkit.credit.sero import RootRounds, SeroConfig
+from envkit.credit.sero import RootRounds, SeroConfig, root_rounds
 from envkit.credit.sero_advantages import Rescue, SeroAdvantages, sero_advantages
 from envkit.credit.state_keys import StateKeyKind
 from envkit.credit.step_table import StepTable, trajectories_state_key
@@ -82,7 +82,7 @@ def continue_roots(
     """
     per_task: list[list[ContinuationOutcome]] = [[] for _ in idx]
     pickers = [RootRounds(g, i, sero) for i, g in zip(idx, groups, strict=True)]
-    while picks := [(k, r) for k, picker in enumerate(pickers) for r in picker.pick()]:
+    for picks in root_rounds(pickers):  # the one rounds loop (both trainers' too)
         jobs = [job_for(r, groups[k][r.trajectory], env_id, sero.horizon, **sero.oracle_kwargs) for k, r in picks]
         for (k, _), o in zip(picks, run_continuations(pool, jobs), strict=True):
             per_task[k].append(o)
@@ -233,7 +233,7 @@ def run(
     sero = cfg.sero_config
     timing: dict[str, float] = dict.fromkeys(("rollout_s", "continue_s", "scoring_s", "credit_s", "io_s"), 0.0)
     counts: dict[str, int] = dict.fromkeys(
-        ("tasks_run", "policy_steps", "continuations", "oracle_steps", "snapshots_released"), 0
+        ("tasks_run", "policy_steps", "continuations", "oracle_steps", "snapshots_released", "worker_restarts"), 0
     )
     per_chunk = cfg.chunk_tasks or max(
         1, -(-cfg.workers // cfg.group), -(-cfg.workers // max(1, cfg.sero.roots_per_group))
@@ -273,6 +273,7 @@ def run(
                         env_id=cfg.env_id,
                         max_steps=sero.horizon,
                         record_snapshots=snaps,
+                        retries=cfg.retries,
                     )
                     groups = [trajs[k * cfg.group : (k + 1) * cfg.group] for k in range(len(idx))]
                     t1 = time.perf_counter()
@@ -299,6 +300,7 @@ def run(
                     if on_chunk is not None:
                         on_chunk(len(idx))
                 settle()
+                counts["worker_restarts"] += getattr(raw_pool, "restarts", 0)
         except BaseException:
             bar.stop()
             post.shutdown(wait=True)

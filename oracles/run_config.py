@@ -24,8 +24,9 @@ import tyro
 
 from envkit.credit.sero import SeroConfig, SeroOptions, widen_options
 from envkit.credit.state_keys import StateKeyKind
+from envkit.env_settings import ORACLE_NAMES, EnvSettings, resolve_env_settings
 from envkit.fleet.config import FleetConfig
-from envkit.registration import ENVS, EnvEntry, env_facts
+from envkit.registration import ENVS, EnvEntry
 from envkit.runtime.command_line import key_values
 from envkit.runtime.models import DEVICE
 
@@ -113,6 +114,11 @@ class RunConfig:
     docs/fleet.md)."""
     fleet: FleetConfig = field(default_factory=FleetConfig)
     """The env fleet of ``--backend fleet`` (actors, sessions per actor, the custom resource its nodes advertise)."""
+    retries: int = 0
+    """Times a policy episode whose worker was lost (a crashed worker process, a lost fleet actor or node) is played
+    again from reset, any backend; it then gives the record an uninterrupted run gives (same seed and policy key).
+    0 (default): it is recorded as failed with the reason. Env errors are never retried. No setting of the
+    records: a resume may change it."""
     chunk_tasks: int | None = None
     """Tasks rolled out together (None: max(ceil(workers / group), ceil(workers / roots)), which keeps every worker
     busy in both phases and each worker on one task, so instance-bound native snapshots such as ALFWorld's restore
@@ -126,6 +132,8 @@ class RunConfig:
         for name in ("tasks", "group", "workers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"--{name} must be >= 1, got {getattr(self, name)}")
+        if self.retries < 0:
+            raise ValueError(f"--retries must be >= 0 (0: a lost episode is recorded as failed), got {self.retries}")
         if self.chunk_tasks is not None and self.chunk_tasks < 1:
             raise ValueError(f"--chunk-tasks must be >= 1 (or unset), got {self.chunk_tasks}")
         if self.backend not in ("inprocess", "subprocess", "ray", "fleet", "remote"):
@@ -133,28 +141,37 @@ class RunConfig:
         if not str(self.out).endswith((".parquet", ".jsonl")):
             raise ValueError(f"--out must end in .parquet or .jsonl, got {self.out!r}")
         object.__setattr__(self, "sero", widen_options(self.sero, OracleSeroOptions, "RunConfig.sero"))
-        self.sero_config  # noqa: B018  (validates the resolved SERO settings)
+        # the env's facts filled and checked once, by the resolver both trainers share (nothing re-resolved on read)
+        settings = resolve_env_settings(
+            self.env_id, names=ORACLE_NAMES, horizon=self.max_steps, root_budget=self.sero.min_budget,
+            gamma_g=self.gamma_g, sero=self.sero.roots_per_group > 0,
+        )  # fmt: skip
+        sero = dataclasses.replace(self.sero, min_budget=settings.root_budget)
+        resolved = sero.resolve(
+            horizon=int(settings.horizon or 1), gamma_g=settings.gamma_g, oracle_kwargs=self.oracle_kwargs
+        )
+        object.__setattr__(self, "_resolved", (settings, resolved))
+
+    @property
+    def settings(self) -> EnvSettings:
+        """The env's resolved values (`envkit.env_settings.EnvSettings`: horizon, root budget, gamma_g)."""
+        return self.__dict__["_resolved"][0]  # type: ignore[no-any-return]
 
     @property
     def horizon(self) -> int:
         """Episode step budget (``max_steps``, else the env's)."""
-        return self.max_steps if self.max_steps is not None else env_facts(self.env_id).horizon
+        return int(self.settings.horizon or 1)
 
     @property
     def root_budget(self) -> int:
         """A root's minimum budget left (``sero.min_budget``, else the env's)."""
-        return self.sero_config.root_budget
+        return self.settings.root_budget
 
     @property
     def sero_config(self) -> SeroConfig:
-        """The SERO settings the maths read: ``sero`` plus this run's horizon, env facts and oracle arguments."""
-        facts = env_facts(self.env_id)
-        return self.sero.resolve(
-            horizon=self.horizon,
-            env_id=self.env_id,
-            gamma_g=self.gamma_g if self.gamma_g is not None else facts.gamma_g,
-            oracle_kwargs=self.oracle_kwargs,
-        )
+        """The SERO settings the maths read: ``sero`` plus this run's horizon, env facts and oracle arguments,
+        resolved once."""
+        return self.__dict__["_resolved"][1]  # type: ignore[no-any-return]
 
     def meta(self) -> dict[str, Any]:
         """Settings that determine the records (checked on resume; workers/backend/tasks may change).
@@ -162,7 +179,18 @@ class RunConfig:
         Flat keys (``roots``, ``p_floor``, ...), as journals have always stored them, so older runs resume.
         """
         d = dataclasses.asdict(self)
-        for k in ("out", "workers", "backend", "fleet", "tasks", "progress", "device", "chunk_tasks", "sero"):
+        for k in (
+            "out",
+            "workers",
+            "backend",
+            "fleet",
+            "retries",
+            "tasks",
+            "progress",
+            "device",
+            "chunk_tasks",
+            "sero",
+        ):
             d.pop(k)
         if d["state_key"] is None:
             d.pop("state_key")  # journals from before state keys resume

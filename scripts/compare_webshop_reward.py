@@ -28,7 +28,7 @@ import upstream_reference as ref
 
 from envkit.envs.webshop.catalog import load_catalog
 from envkit.envs.webshop.nouns import spacy_nouns
-from envkit.envs.webshop.reward import get_reward
+from envkit.envs.webshop.scoring import get_reward
 
 VARIANTS = {"pinned": {}, "levenshtein": {"levenshtein": True}, "master_tuples": {"tuple_goal_options": True}}
 

@@ -154,7 +154,7 @@ def check_train(folder: Path, device: str, dtype: str, task: str, explorer: str,
     last = records[-1]
     times = [r["time_step_s"] for r in records if "time_step_s" in r]
     keys = ("step", "reward_mean", "success_rate", "zero_adv_fraction", "entropy", "response_length", "clip_fraction",
-            "kl", "sero_oracle_share", "sero_mean_weight", "eden_noisy_share", "xrpo_rollouts_max")  # fmt: skip
+            "kl", "sero_oracle_share", "sero_weight_mean", "eden_noisy_share", "xrpo_rollouts_max")  # fmt: skip
     finite = all(isinstance(last.get(k), (int, float)) for k in ("reward_mean", "entropy"))
     return {
         "passed": len(records) == steps and finite, "wall_s": wall,

@@ -3,8 +3,9 @@
 Each arm starts the real command line (``python -m envkit.trainers.cli openrlhf [--cpu] ... -- <OpenRLHF flags>``)
 on a tiny random Llama (byte tokenizer, ~0.5M parameters, saved locally: no download), then reads the run's own
 outputs: OpenRLHF's per-step status lines (``Global step N: {...}``), envkit's weight-check log
-(``envkit_weight_sync.jsonl``: per-tensor checksums of actor vs engine after every broadcast, probe log-probs) and
-the checkpoint folder. Peak memory: the largest sums of RSS and of PSS over the run's process tree (sampled every second).
+(``envkit_weight_sync.jsonl``: per-tensor checksums of actor vs engine after every broadcast, probe log-probs),
+the credit log of the SERO arm (``envkit_credit.jsonl``, ``--credit-log``: one group per step recomputed with the local
+trainer's credit by scripts/openrlhf_credit_check.py, value by value) and the checkpoint folder. Peak memory: the largest sums of RSS and of PSS over the run's process tree (sampled every second).
 
     python scripts/openrlhf_e2e.py --arm grpo_math --out runs/openrlhf_e2e            # CPU (adds --cpu)
     python scripts/openrlhf_e2e.py --arm grpo_math --device cuda --out "$OUT/e2e"      # one GPU
@@ -63,8 +64,19 @@ ARMS: dict[str, dict[str, Any]] = {
         "n": 4,
         "resume": True,
     },
-    "gigpo_sero_toy": {
-        "ours": ["--advantage", "graphgpo", "--sero", "--env", "envkit/Toy-v0", "--max-turns", "6"],
+    "gigpo_sero_toy": {  # --credit-log: one group per step, recomputed with the local trainer's credit (CREDIT_ARMS)
+        "ours": [
+            "--advantage",
+            "graphgpo",
+            "--sero",
+            "--env",
+            "envkit/Toy-v0",
+            "--max-turns",
+            "6",
+            "--credit-log",
+            "--adv.terminal-reward",
+            "10",
+        ],
         "prompt": "Move to the goal. {obs}\nAction:",
         "n": 4,
         "max_len": 1024,  # byte tokens: a Toy observation is ~100 tokens a turn
@@ -213,6 +225,9 @@ def run_arm(arm: str, out: Path, device: str, timeout: float, iterations: int = 
     text = (work / "run.log").read_text(errors="replace")
     summary["run"] = {**first, "steps": parse_steps(text), "syncs": read_syncs(ckpt)}
     summary["run"]["cpu_shim_lines"] = sum("[envkit cpu-shim" in line for line in text.splitlines())
+    credit_log = ckpt / "envkit_credit.jsonl"
+    if credit_log.exists():  # --credit-log: the logged groups against the local trainer's credit
+        summary["run"]["credit"] = _credit_checker().check_file(credit_log)
     summary["checkpoints"] = sorted(p.name for p in (ckpt / "ds").glob("*")) if (ckpt / "ds").exists() else []
     if spec.get("resume") and first["rc"] == 0:
         flags2 = openrlhf_flags(model, data, ckpt, n, device, steps_prompts=2 * (iterations + 1), **sizes)
@@ -223,6 +238,23 @@ def run_arm(arm: str, out: Path, device: str, timeout: float, iterations: int = 
         summary["resume"] = {**second, "steps": parse_steps(text2), "syncs": read_syncs(ckpt)[n_syncs:]}
     (work / "summary.json").write_text(json.dumps(summary, indent=1))
     return summary
+
+
+#: Arms whose credit log (``--credit-log``) must match the local trainer's credit, oracle turns included.
+CREDIT_ARMS = ("gigpo_sero_toy",)
+
+
+def _credit_checker() -> Any:
+    """scripts/openrlhf_credit_check.py as a module (this script is loaded from its path too)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "openrlhf_credit_check", Path(__file__).with_name("openrlhf_credit_check.py")
+    )
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 #: Per-arm evidence that the arm's method reached the update (OpenRLHF status keys that must be > 0 in some step).
@@ -277,6 +309,14 @@ def problems(summary: dict[str, Any], iterations: int = 2) -> list[str]:
     for key in ARM_KEYS.get(summary["arm"], ()):
         if not any(st.get(key, 0) > 0 for st in summary["run"]["steps"]):
             out.append(f"{key} never > 0: the arm's rows did not reach the update")
+    if summary["arm"] in CREDIT_ARMS and summary["run"]["rc"] == 0:
+        credit = summary["run"].get("credit")
+        if credit is None or credit["entries"] < iterations:
+            out.append(f"credit log: {credit and credit['entries']} entries < {iterations} (--credit-log wrote none?)")
+        else:
+            out += [f"credit: {p}" for p in credit["problems"]]
+            if not credit["oracle_turns"]:
+                out.append("credit log: no oracle turn in the logged groups: SERO's rows were not compared")
     resumed = summary.get("resume")
     if resumed is not None and resumed["rc"] == 0:
         last = [e for e in summary["run"]["syncs"] if e["event"] == "sync"][-1]

@@ -41,7 +41,8 @@ import torch
 import tyro
 
 from envkit.core import Step
-from envkit.envs.minishop.tasks import SPLIT_SIZES, vocabulary
+from envkit.envs.minishop.env import vocabulary
+from envkit.envs.minishop.tasks import SPLIT_SIZES
 from envkit.oracles.base import make_oracle, run_oracle
 from envkit.registration import env_facts, make
 from envkit.runtime.models import ModelConfig, load_model

@@ -31,7 +31,7 @@ from envkit import errors as E
 from envkit.capability import snapshot_capability
 from envkit.core import jsonable
 from envkit.serve.budget import SnapshotBudget
-from envkit.serve.limits import Guard, ServeLimits
+from envkit.serve.limits import OWNER_SCOPE, Guard, ServeLimits
 from envkit.serve.models import EnvkitAction, EnvkitEnvironment, EnvkitObservation
 from envkit.serve.paths import PathScrubber
 from envkit.serve.sessions import Session, SessionLostError, SessionTable
@@ -85,6 +85,7 @@ class Server:
             "sessions_by_kind": {k: kinds.count(k) for k in ("http", "ws", "oneshot")},
             "snapshots": len(t.snapshots), "snapshot_bytes": b.bytes, "max_snapshots": b.per_session,
             "max_snapshots_total": b.total, "max_snapshot_bytes": b.max_bytes, "max_snapshot_bytes_per_session": b.per_session_bytes, "expired_sessions": t.expired,
+            "owners": len(t.owners), "max_sessions_per_owner": t.max_sessions_per_owner, "max_snapshot_bytes_per_owner": b.per_owner_bytes,
         })  # fmt: skip
         return out
 
@@ -93,10 +94,10 @@ class Server:
         body["error"]["message"] = self.scrub.text(body["error"]["message"])
         return status, body
 
-    async def open(self, kind: str) -> Session:
+    async def open(self, kind: str, owner: str | None = "default") -> Session:
         if self._reaper is None:
             self._reaper = asyncio.create_task(self.table.reap())
-        return await self.table.open(kind)
+        return await self.table.open(kind, owner or "default")
 
     async def handle(self, s: Session, op: str, data: Mapping[str, Any]) -> dict[str, Any]:
         """Run one op of session `s` (shared by HTTP and the WebSocket); the answer carries no server path."""
@@ -154,17 +155,32 @@ def build_app(
     oracle: bool = False,
     limits: ServeLimits | None = None,
     state_keys: bool = False,
+    owner_tokens: Mapping[str, str] | None = None,
+    max_sessions_per_owner: int = 0,
+    max_snapshot_mb_per_owner: int = 0,
 ) -> Any:
     """The ASGI app serving `env_id` (see the module docstring); run it with `envkit.serve.limits.run`
     (``envkit-serve`` does), which adds the header deadline and connection cap that no ASGI app can.
     ``state_keys``: send ``info["state_key"]`` (training only; dropped by default).
     ``max_snapshot_mb_per_session``: each session's share of the snapshot bytes (0: ``max_snapshot_mb /
-    max_sessions``, so that no session can take what another's episode needs)."""
+    max_sessions``, so that no session can take what another's episode needs).
+    ``owner_tokens``: owner name -> that owner's bearer token (besides or instead of `token`, whose holder is the
+    owner ``"default"``); each owner holds at most ``max_sessions_per_owner`` sessions and
+    ``max_snapshot_mb_per_owner`` of snapshots (0: the server's total divided by the number of owners)."""
     limits = limits or ServeLimits()
     factory = functools.partial(EnvkitEnvironment, env_id, dict(env_kwargs or {}), state_keys=state_keys)
+    owners = tuple(sorted({*(["default"] if token or not owner_tokens else []), *(owner_tokens or {})}))
     share = (max_snapshot_mb_per_session << 20) or max(1 << 20, (max_snapshot_mb << 20) // max_sessions)
-    budget = SnapshotBudget(max_snapshots, max_snapshots_total, max_snapshot_mb << 20, share)
-    table = SessionTable(factory, max_sessions=max_sessions, idle_timeout=idle_timeout, budget=budget)
+    per_owner = (max_snapshot_mb_per_owner << 20) or max(1 << 20, (max_snapshot_mb << 20) // len(owners))
+    budget = SnapshotBudget(max_snapshots, max_snapshots_total, max_snapshot_mb << 20, share, per_owner)
+    table = SessionTable(
+        factory,
+        max_sessions=max_sessions,
+        idle_timeout=idle_timeout,
+        budget=budget,
+        max_sessions_per_owner=max_sessions_per_owner or max(1, max_sessions // len(owners)),
+        owners=owners,
+    )
     server = Server(env_id, env_kwargs or {}, table, oracle=oracle)
     app: FastAPI = create_app(
         factory, EnvkitAction, EnvkitObservation, env_name=env_id, max_concurrent_envs=max_sessions
@@ -185,9 +201,9 @@ def build_app(
         return server.info()
 
     @app.post("/envkit/sessions")
-    async def open_session() -> JSONResponse:
+    async def open_session(request: Request) -> JSONResponse:
         try:
-            s = await server.open("http")
+            s = await server.open("http", request.scope.get(OWNER_SCOPE))
         except Exception as exc:
             return answer(exc)
         return JSONResponse({"session_id": s.id, "session_key": s.key})
@@ -205,6 +221,8 @@ def build_app(
     async def session_op(sid: str, op: str, request: Request) -> JSONResponse:
         try:
             s = table.get(sid, request.headers.get(KEY_HEADER))
+            if s.owner != (request.scope.get(OWNER_SCOPE) or "default"):
+                raise PermissionError("this session belongs to another owner: use the token it was opened with")
             out = await server.handle(s, op, await parse_off_loop(await request.body()))
         except Exception as exc:
             return answer(exc)
@@ -215,7 +233,7 @@ def build_app(
     async def stateless_reset(request: Request) -> JSONResponse:
         try:
             body = ResetBody.model_validate(await parse_off_loop(await request.body()))
-            s = await server.open("oneshot")
+            s = await server.open("oneshot", request.scope.get(OWNER_SCOPE))
         except Exception as exc:
             return answer(exc)
         try:
@@ -248,7 +266,7 @@ def build_app(
     async def ws(websocket: WebSocket) -> None:
         await websocket.accept()
         try:
-            s = await server.open("ws")
+            s = await server.open("ws", websocket.scope.get(OWNER_SCOPE))
         except Exception as exc:
             status, body = server.error(exc)
             await websocket.send_text(json.dumps({"type": "error", "data": ws_error(body, status)}))
@@ -267,7 +285,7 @@ def build_app(
         await table.close_all()
         print(f"envkit-serve: shut down; every session's env closed ({table.expired} had expired)", flush=True)
 
-    return Guard(app, token, limits, on_shutdown=shutdown)
+    return Guard(app, token, limits, on_shutdown=shutdown, owners=owner_tokens)
 
 
 def _kept(route: BaseRoute) -> bool:

@@ -36,6 +36,13 @@ class ServeConfig:
         max_snapshot_mb_per_session: Most MiB one session's snapshots may hold (409 beyond; 0: max_snapshot_mb /
             max_sessions, each session's guaranteed share).
         token: Require 'Authorization: Bearer TOKEN' (None: $ENVKIT_SERVE_TOKEN, else no token).
+        owner_tokens: A file of 'OWNER TOKEN' lines (one owner per tenant, readable by the server's user only):
+            each owner authenticates with its own token and gets its own limits (--max-sessions-per-owner,
+            --max-snapshot-mb-per-owner, and its own budget of the SWE layer store). With --token too, that
+            token's holder is the owner 'default'.
+        max_sessions_per_owner: Most sessions one owner holds (0: max_sessions / number of owners).
+        max_snapshot_mb_per_owner: Most MiB one owner's snapshots hold over all its sessions (0: max_snapshot_mb
+            / number of owners).
         oracle: Serve the domain oracle (privileged, training only: SERO over remote envs).
         state_keys: Send each state's exact key ``info["state_key"]`` (training only: a digest of hidden state,
             which lets a client test guesses of it; without it remote GiGPO / GraphGPO group by the observation).
@@ -55,6 +62,9 @@ class ServeConfig:
     max_snapshot_mb: int = 4096
     max_snapshot_mb_per_session: int = 0
     token: str | None = None
+    owner_tokens: str | None = None
+    max_sessions_per_owner: int = 0
+    max_snapshot_mb_per_owner: int = 0
     oracle: bool = False
     state_keys: bool = False
     env_kwargs: Annotated[dict[str, Any], key_values("--env-kwarg"), tyro.conf.arg(name="env-kwarg")] = field(
@@ -62,6 +72,32 @@ class ServeConfig:
     )
     log_level: str = "warning"
     limits: Annotated[ServeLimits, tyro.conf.OmitArgPrefixes] = field(default_factory=ServeLimits)
+
+
+def read_owner_tokens(path: str) -> dict[str, str]:
+    """``{owner: token}`` from a file of ``OWNER TOKEN`` lines (``#`` comments and blank lines skipped).
+
+    Raises:
+        ValueError: a malformed line, a repeated owner or token, or a token shorter than 16 characters.
+    """
+    out: dict[str, str] = {}
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            parts = line.split()
+            if len(parts) != 2:
+                raise ValueError(f"{path}:{n}: expected 'OWNER TOKEN', got {len(parts)} fields")
+            owner, token = parts
+            if owner in out or token in out.values() or len(token) < 16:
+                raise ValueError(
+                    f"{path}:{n}: owner {owner!r}: each owner once, each token unique and at least 16 characters"
+                )
+            out[owner] = token
+    if not out:
+        raise ValueError(f"{path} names no owner; write one 'OWNER TOKEN' line per tenant")
+    return out
 
 
 def serve(cfg: ServeConfig) -> None:
@@ -78,6 +114,10 @@ def serve(cfg: ServeConfig) -> None:
 
     token = cfg.token if cfg.token is not None else os.environ.get("ENVKIT_SERVE_TOKEN") or None
     try:
+        owners = read_owner_tokens(cfg.owner_tokens) if cfg.owner_tokens else None
+    except (OSError, ValueError) as exc:
+        fail(f"--owner-tokens: {exc}")
+    try:
         asgi = build_app(
             cfg.env_id,
             dict(cfg.env_kwargs),
@@ -88,6 +128,9 @@ def serve(cfg: ServeConfig) -> None:
             max_snapshot_mb=cfg.max_snapshot_mb,
             max_snapshot_mb_per_session=cfg.max_snapshot_mb_per_session,
             token=token,
+            owner_tokens=owners,
+            max_sessions_per_owner=cfg.max_sessions_per_owner,
+            max_snapshot_mb_per_owner=cfg.max_snapshot_mb_per_owner,
             oracle=cfg.oracle,
             state_keys=cfg.state_keys,
             limits=cfg.limits,

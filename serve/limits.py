@@ -62,20 +62,43 @@ def _error(status: int, kind: str, msg: str, close: bool = False) -> Any:
     return JSONResponse({"error": {"type": kind, "message": msg}}, status, headers=headers)
 
 
-def authorized(headers: Mapping[str, str], token: str | None) -> bool:
-    if not token:
-        return True
+#: Where `Guard` leaves the owner a request authenticated as (``request.scope[OWNER_SCOPE]``).
+OWNER_SCOPE = "envkit.owner"
+
+
+def owner_of(headers: Mapping[str, str], tokens: Mapping[str, str]) -> str | None:
+    """The owner whose token the request carries (`tokens`: owner -> token; none: every request is
+    ``"default"``), or None. Every token is compared (constant time), so timing does not tell which matched."""
+    if not tokens:
+        return "default"
     got = headers.get("authorization", "")
-    return got.startswith("Bearer ") and hmac.compare_digest(got[7:].encode(), token.encode())
+    sent = got[7:].encode() if got.startswith("Bearer ") else b""
+    found = None
+    for owner, token in tokens.items():
+        if hmac.compare_digest(sent, token.encode()) and sent:
+            found = owner
+    return found
 
 
 class Guard:
-    """ASGI middleware: bearer token on every route but ``/health``; body and message sizes counted as received."""
+    """ASGI middleware: bearer token on every route but ``/health`` (which owner sent it goes into
+    ``scope[OWNER_SCOPE]``); body and message sizes counted as received.
+
+    `token` is the one shared token (owner ``"default"``); `owners` maps owner names to their own tokens
+    (``--owner-tokens``): both may be given, and any of them authorises.
+    """
 
     def __init__(
-        self, app: Any, token: str | None, limits: ServeLimits, on_shutdown: Callable[[], Awaitable[None]] | None = None
+        self,
+        app: Any,
+        token: str | None,
+        limits: ServeLimits,
+        on_shutdown: Callable[[], Awaitable[None]] | None = None,
+        owners: Mapping[str, str] | None = None,
     ):
-        self.app, self.token, self.limits, self.on_shutdown = app, token, limits, on_shutdown
+        self.app, self.limits, self.on_shutdown = app, limits, on_shutdown
+        self.tokens = {**({"default": token} if token else {}), **dict(owners or {})}
+        self.token = token or next(iter(self.tokens.values()), None)  # truthy: token mode (`run`)
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] == "lifespan" and self.on_shutdown is not None:
@@ -85,7 +108,9 @@ class Guard:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope.get("headers", [])}
-        if not authorized(headers, self.token):
+        owner = owner_of(headers, self.tokens)
+        scope[OWNER_SCOPE] = owner
+        if owner is None:
             if scope["type"] == "websocket":
                 await receive()  # websocket.connect
                 await send({"type": "websocket.close", "code": 1008, "reason": "bad or missing bearer token"})

@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from envkit.errors import ServerCapacityError, SessionLostError, SnapshotError
-from envkit.serve.budget import SnapshotBudget, deep_size
+from envkit.serve.budget import SnapshotBudget, deep_size, native_bytes
 from envkit.serve.models import EnvkitEnvironment
+from envkit.tenancy import set_owner
 
 T = TypeVar("T")
 
@@ -41,6 +42,7 @@ class Session:
     pending: int = 0  # snapshots reserved, being taken
     snapshot_bytes: int = 0  # charged to its snapshots (its share of the byte budget)
     busy: int = 0
+    owner: str = "default"  # the owner whose token opened it (--owner-tokens); "default" with one --token
 
     def owned_by(self, key: str | None) -> bool:
         return key is not None and hmac.compare_digest(key.encode(), self.key.encode())
@@ -53,7 +55,11 @@ class SessionTable:
         factory: Builds the env of a new session.
         max_sessions: Most sessions at once (a new one beyond it is refused with `ServerCapacityError`).
         idle_timeout: Seconds without a request after which a session (and its snapshots) is dropped; None: never.
-        budget: The server's snapshot budget (per session, server-wide count and bytes).
+        budget: The server's snapshot budget (per session, per owner, server-wide count and bytes).
+        max_sessions_per_owner: Most sessions one owner (`Session.owner`) holds at once (None: `max_sessions`).
+        owners: The owner names (several: each session's env is built with `envkit.tenancy.set_owner` of its
+            owner, so envs that charge native resources per owner -- the SWE layer store -- charge that owner;
+            one: each session is its own owner there, since its clients cannot be told apart).
     """
 
     def __init__(
@@ -63,11 +69,15 @@ class SessionTable:
         max_sessions: int = 64,
         idle_timeout: float | None = 600.0,
         budget: SnapshotBudget | None = None,
+        max_sessions_per_owner: int | None = None,
+        owners: tuple[str, ...] = ("default",),
     ):
         if max_sessions < 1:
             raise ValueError(f"max_sessions must be >= 1, got {max_sessions}")
         self.factory = factory
         self.max_sessions = max_sessions
+        self.max_sessions_per_owner = max_sessions_per_owner or max_sessions
+        self.owners = owners
         self.idle_timeout = idle_timeout
         self.budget = budget or SnapshotBudget(10_000, 100_000, 4 << 30)
         self.sessions: dict[str, Session] = {}
@@ -75,27 +85,47 @@ class SessionTable:
         self.closing: dict[str, Session] = {}
         self.snapshots: dict[str, tuple[str, Any, int]] = {}  # handle -> (owner session id, snapshot, bytes)
         self._reserved = 0
+        self._reserved_by: dict[str, int] = {}
         self._lock = asyncio.Lock()
         self.expired = 0
 
-    async def open(self, kind: str = "http") -> Session:
+    def held_by(self, owner: str) -> int:
+        """Slots `owner` holds (open, closing and being opened)."""
+        held = (*self.sessions.values(), *self.closing.values())
+        return sum(1 for s in held if s.owner == owner) + self._reserved_by.get(owner, 0)
+
+    async def open(self, kind: str = "http", owner: str = "default") -> Session:
         async with self._lock:
             if self.held() + self._reserved >= self.max_sessions:
                 raise ServerCapacityError(
                     f"the server holds its maximum of {self.max_sessions} sessions; close some (env.close()) or "
                     "start envkit-serve with a larger --max-sessions"
                 )
+            if self.held_by(owner) >= self.max_sessions_per_owner:
+                raise ServerCapacityError(
+                    f"owner {owner!r} holds its maximum of {self.max_sessions_per_owner} sessions "
+                    "(--max-sessions-per-owner); close some (env.close())"
+                )
             self._reserved += 1
+            self._reserved_by[owner] = self._reserved_by.get(owner, 0) + 1
+        sid = secrets.token_hex(16)
+        tenant = owner if len(self.owners) > 1 else f"session-{sid[:12]}"
+
+        def build() -> EnvkitEnvironment:
+            set_owner(tenant)  # this thread runs every call of the session: its env charges `tenant`
+            return self.factory()
+
         thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="envkit-session")
         try:
-            env = await asyncio.get_running_loop().run_in_executor(thread, self.factory)
+            env = await asyncio.get_running_loop().run_in_executor(thread, build)
         except BaseException:
             thread.shutdown(wait=False)
             raise
         finally:
             async with self._lock:
                 self._reserved -= 1
-        s = Session(secrets.token_hex(16), env, thread, time.monotonic(), kind)
+                self._reserved_by[owner] -= 1
+        s = Session(sid, env, thread, time.monotonic(), kind, owner=owner)
         async with self._lock:
             self.sessions[s.id] = s
         return s
@@ -141,7 +171,7 @@ class SessionTable:
         def work() -> tuple[Any, int, Any]:
             snap, charged = s.env.snapshot(), 0
             try:
-                size = deep_size(snap)
+                size = deep_size(snap) + native_bytes(s.env.env, snap)
                 budget.charge(size, s)
                 charged = size
                 return snap, size, (s.env.step(step) if step is not None else None)

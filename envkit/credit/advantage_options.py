@@ -31,8 +31,8 @@ class AdvantageOptions:
         norm: "std" or "mean" (divide by 1).
         invalid_penalty: Subtracted for invalid actions (GiGPO / GraphGPO).
         gamma_g: GraphGPO distance discount (0.10 ALFWorld, 0.20 WebShop). None (default): the env's
-            ``EnvEntry.gamma_g`` in the local trainer (`envkit.trainers.local.multi_turn.AgentConfig.for_env`),
-            ``GAMMA_G`` (0.10) where no env resolves it (the OpenRLHF backend, direct calls).
+            ``EnvEntry.gamma_g``, filled once per run by `envkit.env_settings.resolve_env_settings` (both trainers,
+            the oracle pipeline); ``GAMMA_G`` (0.10) where no env resolves it (direct calls).
         beta_g: GraphGPO graph-advantage weight.
         beta_e: GraphGPO episode-advantage weight.
         reward_scale: GraphGPO step reward at distance 0.

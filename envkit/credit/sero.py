@@ -36,7 +36,7 @@ Example:
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Literal, TypeVar
 
@@ -53,6 +53,7 @@ __all__ = [
     "SeroOptions",
     "group_transitions",
     "reaching_success",
+    "root_rounds",
     "select_roots",
     "widen_options",
 ]
@@ -66,8 +67,8 @@ class SeroOptions:
     ``weighting``: `envkit.oracles.run_config.OracleSeroOptions`), as ``agent.sero_opts`` in the local trainer and
     ``sero_opts`` in the OpenRLHF backend (extended there by the trainers' oracle-row cap,
     `envkit.trainers.sero_options.TrainerSeroOptions`, and OpenRLHF's continuation budget). `resolve` adds what
-    the run fixes and gives the `SeroConfig` the maths read; `root_budget_for` is the one place ``min_budget=None``
-    becomes the env's value.
+    the run fixes and gives the `SeroConfig` the maths read. ``min_budget=None`` becomes the env's value in one place,
+    the per-env resolver every front-end calls (`envkit.env_settings.resolve_env_settings`), before `resolve`.
     """
 
     # --- which states are roots ---
@@ -93,22 +94,10 @@ class SeroOptions:
         if self.same_state not in ("policy", "all"):
             raise ValueError(f"SERO same_state must be 'policy' or 'all', got {self.same_state!r}")
 
-    def root_budget_for(self, env_id: str | None) -> int:
-        """The minimum budget a root needs in `env_id`: ``min_budget``, else the env's ``EnvEntry.min_root_budget``
-        (`MIN_ROOT_BUDGET` without an env). The one place ``min_budget=None`` is resolved."""
-        if self.min_budget is not None:
-            return self.min_budget
-        if env_id is None:
-            return MIN_ROOT_BUDGET
-        from envkit.registration import env_facts  # the registry imports envkit.credit.defaults
-
-        return env_facts(env_id).min_root_budget
-
     def resolve(
         self,
         *,
         horizon: int,
-        env_id: str | None,
         gamma_g: float = GAMMA_G,
         terminal_reward: float = TERMINAL_REWARD,
         oracle_kwargs: Mapping[str, Any] | None = None,
@@ -117,14 +106,12 @@ class SeroOptions:
         fields stay with the front-end) plus what the run fixes.
 
         Args:
-            horizon: The run's episode step budget.
-            env_id: The run's env: ``min_budget`` None becomes its ``EnvEntry.min_root_budget`` (`root_budget_for`).
+            horizon: The run's episode step budget (its turn cap).
             gamma_g: GraphGPO discount of the run's credit.
             terminal_reward: Episode return of a successful episode.
             oracle_kwargs: Keyword arguments of the domain oracle's constructor.
         """
         own = {f.name: getattr(self, f.name) for f in fields(SeroOptions)}
-        own["min_budget"] = self.root_budget_for(env_id)
         return SeroConfig(
             **own, horizon=horizon, gamma_g=gamma_g, terminal_reward=terminal_reward,
             oracle_kwargs=dict(oracle_kwargs or {}),
@@ -155,7 +142,8 @@ def widen_options(opts: SeroOptions, cls: type[OptionsT], where: str) -> Options
 class SeroConfig(SeroOptions):
     """SERO settings of one run as the maths read them: `SeroOptions` plus what the run fixes.
 
-    Built by `SeroOptions.resolve` (or directly in tests). ``min_budget`` None becomes `MIN_ROOT_BUDGET`.
+    Built by `SeroOptions.resolve` (or directly in tests) from options whose ``min_budget`` the per-env resolver
+    filled (`envkit.env_settings`); ``min_budget`` None (no env) becomes `MIN_ROOT_BUDGET`.
     """
 
     horizon: int = 15
@@ -178,8 +166,8 @@ class SeroConfig(SeroOptions):
 
     @property
     def root_budget(self) -> int:
-        """The minimum budget a root needs (``min_budget``, filled in)."""
-        return int(self.min_budget or MIN_ROOT_BUDGET)
+        """The minimum budget a root needs (``min_budget``, filled in by `__post_init__`)."""
+        return int(self.min_budget)  # type: ignore[arg-type]
 
 
 # ----- 1. roots -------------------------------------------------------------------------------------------------
@@ -326,9 +314,24 @@ class RootRounds:
         self.owed = 0
         return roots
 
+    def roots(self) -> Iterator[Root]:
+        """This group's roots one at a time, round after round (`root_rounds` over this picker alone): settle each
+        before the next round begins."""
+        for picks in root_rounds([self]):
+            yield from (root for _, root in picks)
+
     def settle(self, *, dead: bool, root: Root | None = None) -> None:
         """Report one picked root's outcome; a dead one is owed a replacement in the next round (and, given as
         ``root``, no longer counts as its episode's root)."""
         self.owed += int(dead)
         if dead and root is not None and self.taken.get(root.trajectory, 0) > 0:
             self.taken[root.trajectory] -= 1
+
+
+def root_rounds(pickers: Sequence[RootRounds]) -> Iterator[list[tuple[int, Root]]]:
+    """The one loop over rounds of SERO roots, for every caller (``envkit-oracle``'s pipeline over many groups, both
+    trainers over one group at a time through `RootRounds.roots`): each round, the roots every group's picker owes,
+    as (index in `pickers`, root). Settle each round's roots (`RootRounds.settle`) before the next round; it ends
+    when no group owes a root."""
+    while picks := [(k, r) for k, picker in enumerate(pickers) for r in picker.pick()]:
+        yield picks

@@ -76,8 +76,10 @@ def resolve_state_key(kind: StateKeyKind | None, infos: Iterable[Mapping[str, An
         if not isinstance(info.get(STATE_KEY), str):
             if kind == "env":
                 raise ValueError(
-                    "adv.state-key='env' but a recorded state has no info['state_key'] (the env offers none, or the "
-                    "server strips it: envkit-serve --state-keys); set adv.state-key=observation or graphgpo-recipe"
+                    "adv.state-key='env' but a recorded state has no info['state_key'] (the env offers none, the "
+                    "server strips it: envkit-serve --state-keys, or the records come from an older executor); set "
+                    "adv.state-key=observation or graphgpo-recipe (--adv.state-key=observation on OpenRLHF, "
+                    "--agent.adv.state-key locally)"
                 )
             return "observation"
     return "env" if seen else "observation"

@@ -3,7 +3,9 @@
 API summary:
     StepTable(group, trajectory, step, state, reward, invalid=None, next_state=None, action=None,
               episode_return=None, success=None)         arrays of N rows, validated and frozen
+    StepTable.from_paths(paths: Iterable[PlayedPath], state_key=None, terminal_reward=None) -> StepTable   THE builder
     StepTable.from_trajectories(groups: Sequence[Sequence[envkit.core.Trajectory]], state_key=None) -> StepTable
+    trajectory_path(traj, group, index) -> PlayedPath
     trajectory_anchors(traj, kind) -> [anchor of s_0 .. s_T]     steps_anchors(kind, obs0, info0, steps) -> same
     trajectories_state_key(kind, trajectories, steps=()) -> the kind a batch uses (None: env when all have a key)
     steps_anchor_dicts(obs0, info0, steps) -> [{kind: anchor} of s_0 .. s_T]
@@ -25,7 +27,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from envkit.credit.graph import SUCCESS_NODE, TERMINAL_NODE
-from envkit.credit.state_keys import AnchorTracker, StateKeyKind, path_anchors, resolve_state_key
+from envkit.credit.played_path import PlayedPath, paths_state_key
+from envkit.credit.state_keys import AnchorTracker, StateKeyKind, path_anchors
 
 if TYPE_CHECKING:
     from envkit.core import Step, Trajectory
@@ -38,17 +41,17 @@ __all__ = [
     "steps_anchors",
     "trajectories_state_key",
     "trajectory_anchors",
+    "trajectory_path",
 ]
 
 
 def trajectories_state_key(
     kind: StateKeyKind | None, trajectories: Iterable[Trajectory], steps: Iterable[Step] = ()
 ) -> StateKeyKind:
-    """`resolve_state_key` over every recorded state of the trajectories that ran and of `steps` (SERO: the
-    successful continuations' oracle steps) (None: ``env`` if all have one)."""
-    used = [t for t in trajectories if not t.failed and t.steps]
-    infos = [i for t in used for i in (t.initial_info, *(s.info for s in t.steps))]
-    return resolve_state_key(kind, [*infos, *(s.info for s in steps)])
+    """`paths_state_key` over the trajectories that ran (`trajectory_path`) and `steps` (SERO: the successful
+    continuations' oracle steps) (None: ``env`` if every state has one)."""
+    used = [trajectory_path(t, 0, i) for i, t in enumerate(trajectories) if not t.failed and t.steps]
+    return paths_state_key(kind, used, [s.info for s in steps])
 
 
 def steps_anchors(kind: StateKeyKind, observation: str, info: Mapping[str, Any], steps: Sequence[Step]) -> list[str]:
@@ -235,48 +238,70 @@ class StepTable:
         return [(self.state[i], self.action[i], nxt[i]) for i in idx]
 
     @classmethod
+    def from_paths(
+        cls,
+        paths: Iterable[PlayedPath],
+        *,
+        state_key: StateKeyKind | None = None,
+        terminal_reward: float | None = None,
+        extra_infos: Iterable[Mapping[str, Any]] = (),
+    ) -> StepTable:
+        """The one step-table builder (`envkit.credit.played_path`: its state-key rule, terminal-node and reward
+        conventions), for every caller: one row per action of each path, in path order.
+
+        Args:
+            paths: The played paths (`PlayedPath`).
+            state_key: ``adv.state_key`` (None: `paths_state_key`'s rule over the paths and `extra_infos`).
+            terminal_reward: ``adv.terminal_reward`` (`PlayedPath.credit_rewards`).
+            extra_infos: Infos of other states the credit names (SERO's oracle steps), for the state-key rule.
+        """
+        paths = list(paths)
+        kind = paths_state_key(state_key, paths, extra_infos)
+        rows = StepRows()
+        for p in paths:
+            nodes = p.nodes(kind)
+            rewards, ret = p.credit_rewards(terminal_reward)
+            for t, action in enumerate(p.actions):
+                rows.add(
+                    group=p.group, trajectory=p.trajectory, step=t, state=nodes[t], reward=rewards[t],
+                    invalid=bool(p.invalid[t]), next_state=nodes[t + 1] if t + 1 < len(nodes) else TERMINAL_NODE,
+                    action=action, episode_return=ret, success=bool(p.success),
+                )  # fmt: skip
+        return cls(**rows.columns)
+
+    @classmethod
     def from_trajectories(
         cls,
         groups: Sequence[Sequence[Trajectory]],
         *,
         terminal_reward: float | None = None,
         state_key: StateKeyKind | None = None,
+        extra_steps: Iterable[Step] = (),
     ) -> StepTable:
-        """Rows from ``groups[g][i]`` = trajectory i of task group g (envkit.core.Trajectory).
-
-        Args:
-            groups: Trajectories per task group.
-            terminal_reward: If set, the episode return is ``terminal_reward * success`` (GiGPO's ``10 * success``)
-                instead of the sum of step rewards.
-            state_key: What ``state`` / ``next_state`` hold (`envkit.credit.state_keys`): ``observation``,
-                ``env`` (``info["state_key"]``) or ``graphgpo-recipe``; None: ``env`` when every state has a key,
-                else ``observation``.
+        """Rows from ``groups[g][i]`` = trajectory i of task group g (envkit.core.Trajectory), by `from_paths`
+        (`trajectory_path`; `extra_steps`: SERO's oracle steps, for the state-key rule).
 
         Failed-to-run trajectories (``failed``) and empty ones are skipped. ``invalid`` is read from each step's
-        ``info["invalid"]``; ``next_state`` from the recorded next observation.
+        ``info["invalid"]``; each step points to its recorded next observation.
         """
-        rows = StepRows()
-        kind = trajectories_state_key(state_key, (t for trajs in groups for t in trajs))
-        for g, trajs in enumerate(groups):
-            for i, traj in enumerate(trajs):
-                if traj.failed or not traj.steps:
-                    continue
-                ret = float(terminal_reward * traj.success) if terminal_reward is not None else traj.total_reward
-                obs = trajectory_anchors(traj, kind)
-                for t, st in enumerate(traj.steps):
-                    rows.add(
-                        group=g,
-                        trajectory=i,
-                        step=t,
-                        state=obs[t],
-                        reward=st.reward,
-                        invalid=bool(st.info.get("invalid", False)),
-                        next_state=obs[t + 1],
-                        action=st.action,
-                        episode_return=ret,
-                        success=bool(traj.success),
-                    )
-        return cls(**rows.columns)
+        paths = [
+            trajectory_path(traj, g, i)
+            for g, trajs in enumerate(groups)
+            for i, traj in enumerate(trajs)
+            if not traj.failed and traj.steps
+        ]
+        extra = [s.info for s in extra_steps]
+        return cls.from_paths(paths, state_key=state_key, terminal_reward=terminal_reward, extra_infos=extra)
+
+
+def trajectory_path(traj: Trajectory, group: Hashable, index: Hashable) -> PlayedPath:
+    """A trajectory as a `PlayedPath` (every state recorded, the final one included)."""
+    return PlayedPath(
+        group, index, tuple(traj.observations()), tuple(s.action for s in traj.steps),
+        tuple(float(s.reward) for s in traj.steps), tuple(bool(s.info.get("invalid", False)) for s in traj.steps),
+        bool(traj.success), infos=(traj.initial_info, *(s.info for s in traj.steps)),
+        episode_return=float(traj.total_reward),
+    )  # fmt: skip
 
 
 STEP_COLUMNS = (

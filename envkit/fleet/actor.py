@@ -23,7 +23,7 @@ from typing import Any
 from envkit.errors import FleetCapacityError, SessionLostError, SnapshotError, SnapshotLostError
 from envkit.fleet.handles import FleetSnapshot
 from envkit.fleet.leases import LeaseTable
-from envkit.pool import EnvFactory, dispatch
+from envkit.pool_contract import EnvFactory, dispatch
 
 
 @dataclass

@@ -20,7 +20,7 @@ from envkit.errors import EnvkitError, FleetActorLostError, SnapshotLostError, r
 from envkit.fleet.actor import EnvHost
 from envkit.fleet.config import FleetConfig
 from envkit.fleet.handles import FleetSnapshot
-from envkit.pool import EnvFactory
+from envkit.pool_contract import EnvFactory
 
 #: Seconds a new actor may take to be placed and start (no node with room: the error says how to add one).
 START_TIMEOUT_S = 120.0
@@ -85,7 +85,10 @@ class Fleet:
     def _spawn(self, index: int, generation: int) -> _Slot:
         name = f"{self.fleet_id}/{index}.{generation}"
         cfg = self.cfg
-        handle = self._cls.options(**cfg.actor_options()).remote(name, cfg.lease_s, cfg.threads, cfg.sessions_per_actor)
+        # named (`ray list actors`, `ray.get_actor(name)`): an operator can find, inspect or kill one
+        handle = self._cls.options(name=name, **cfg.actor_options()).remote(
+            name, cfg.lease_s, cfg.threads, cfg.sessions_per_actor
+        )
         return _Slot(index, generation, handle, name)
 
     def _await_start(self, slot: _Slot) -> None:

@@ -18,7 +18,7 @@ from envkit.fleet.actor import restore_kind
 from envkit.fleet.client import Fleet, SessionRef, get_fleet
 from envkit.fleet.config import FleetConfig
 from envkit.fleet.handles import FleetSnapshot
-from envkit.pool import EnvFactory
+from envkit.pool_contract import EnvFactory
 from envkit.spaces import FreeText
 
 

@@ -18,7 +18,7 @@ from envkit.errors import FleetActorLostError
 from envkit.fleet.client import Fleet, SessionRef
 from envkit.fleet.config import FleetConfig
 from envkit.fleet.handles import FleetSnapshot
-from envkit.pool import EnvFactory, EnvPool, Request, Result
+from envkit.pool_contract import EnvFactory, EnvPool, Request, Result
 
 
 class FleetPool(EnvPool):

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from envkit.pool import EnvFactory, EnvPool, Request, Result, dispatch
+from envkit.pool_contract import EnvFactory, EnvPool, Request, Result, dispatch
 from envkit.remote.client import RemoteEnv
 from envkit.remote.transport import EnvServerError
 

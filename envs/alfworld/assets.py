@@ -122,7 +122,7 @@ def _build_assets(key: str, data: Mapping[str, Any], lib: Any) -> GameAssets:
     name2type = {o.name: o.type_name for o in task.objects}
     # The initial fact sets, computed exactly as `PddlState.__init__` does (static facts from the task, dynamic
     # ones from the SAS initial state), with the caller's libdownward (copies are never unloaded: see `Engine`).
-    st = _blank_state(lib, logic, data["pddl_problem"], task, sas, sas_replan, name2type)
+    st = blank_state(lib, logic, data["pddl_problem"], task, sas, sas_replan, name2type)
     lib.load_sas(sas.encode("utf-8"))
     facts = [_atom2proposition(atom, name2type) for atom in task.init]
     st.add_facts([f for f in facts if f is not None])
@@ -157,7 +157,7 @@ def _atom2proposition(atom: Any, name2type: Mapping[str, str]) -> Any:
     return None
 
 
-def _blank_state(
+def blank_state(
     lib: Any, logic: Any, problem: str, task: Any, sas: str, sas_replan: str, name2type: Mapping[str, str]
 ) -> Any:
     """A `PddlState` with its translation fields set and empty fact sets (no re-translation)."""

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from envkit.credit.state_keys import digest
-from envkit.envs.alfworld.assets import FactSets, GameAssets, _blank_state, load_assets
+from envkit.envs.alfworld.assets import FactSets, GameAssets, blank_state, load_assets
 from envkit.envs.alfworld.deps import GameState, PddlEnv, fast_downward, textworld
 
 __all__ = ["Engine", "EngineState", "GameAssets", "load_assets"]
@@ -101,7 +101,7 @@ class Engine(PddlEnv):  # type: ignore[misc]
         if a is None:
             raise RuntimeError("Engine.reset() before Engine.open(assets)")
         lib = self.downward_lib
-        st = _blank_state(lib, a.logic, a.data["pddl_problem"], a.task, a.sas, a.sas_replan, a.name2type)
+        st = blank_state(lib, a.logic, a.data["pddl_problem"], a.task, a.sas, a.sas_replan, a.name2type)
         if self._loaded != a.key:
             lib.load_sas(a.sas.encode("utf-8"))
             lib.load_sas_replan(a.sas_replan.encode("utf-8"))

@@ -36,7 +36,7 @@ import re
 from typing import Any, SupportsFloat
 
 from envkit.credit.state_keys import digest
-from envkit.envs.minishop.tasks import MiniTask, make_tasks
+from envkit.envs.minishop.tasks import ATTRIBUTES, NOUNS, MiniTask, make_tasks
 from envkit.snapshot import Snapshot, SnapshotEnvBase
 
 LABEL_RE = re.compile(r"^\s*opt([0-9]+)\s*$", re.ASCII)
@@ -48,6 +48,22 @@ FIXED_WORDS: tuple[str, ...] = (
 )  # fmt: skip
 #: the item page's verdict in the readable variant (``readable=True``): the right item's page shows ``match``
 READABLE_WORDS: tuple[str, ...] = ("match", "nomatch")
+
+
+def vocabulary() -> set[str]:
+    """Every word an observation or action of either split can contain (a word-level tokenizer's word list)."""
+    return {
+        *ATTRIBUTES,
+        *NOUNS,
+        *FIXED_WORDS,
+        *READABLE_WORDS,
+        *(str(p) for p in range(5, 100)),
+        ":",
+        ";",
+        ",",
+        "$",
+        ".",
+    }
 
 
 class MiniShopEnv(SnapshotEnvBase):

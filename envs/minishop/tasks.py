@@ -101,21 +101,3 @@ def _base_tasks(split: str) -> tuple[MiniTask, ...]:
         prices = tuple(int(p) for p in rng.integers(5, 100, size=ITEMS_PER_TASK))
         tasks.append(MiniTask(goal, noun, tuple(items), prices))
     return tuple(tasks)
-
-
-def vocabulary() -> set[str]:
-    """Every word an observation or action of either split can contain (a word-level tokenizer's word list)."""
-    from envkit.envs.minishop.env import FIXED_WORDS, READABLE_WORDS
-
-    return {
-        *ATTRIBUTES,
-        *NOUNS,
-        *FIXED_WORDS,
-        *READABLE_WORDS,
-        *(str(p) for p in range(5, 100)),
-        ":",
-        ";",
-        ",",
-        "$",
-        ".",
-    }

@@ -16,22 +16,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from envkit.errors import EnvkitError
+from envkit.envs.swe.sandbox_facts import SYSTEM_DIRS, SandboxError
+from envkit.envs.swe.sandbox_facts import WORKDIR as WORKDIR  # re-exported: backends and tools import it from here
 
 if TYPE_CHECKING:
     from envkit.envs.swe.environments import TaskEnvironment
 
-WORKDIR = "/repo"
-
-
 _VOLATILE_VARS = {"PWD", "OLDPWD", "SHLVL", "_"}
-
-
-SYSTEM_DIRS = ("/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
-
-
-class SandboxError(EnvkitError, RuntimeError):
-    """The sandbox could not start (missing tool, missing privilege); the message says how to fix it."""
 
 
 @dataclass(frozen=True)
@@ -54,10 +45,18 @@ class Limits:
             of edits whose apparent size (sparse files in full) is over it is refused.
         repo_inodes: Files and directories the edits to ``/repo`` may hold between snapshots (local backend: the
             upper dir's tmpfs has as many inodes; a snapshot of more is refused).
+        snapshot_mb: Disk one episode's live snapshot layers may take together (allocated bytes in the layer
+            store; every snapshot, the freeze before grading and the graded copy count until discarded). A
+            snapshot beyond it is refused with `envkit.envs.swe.store_quota.StoreQuotaError`.
+        snapshot_inodes: Files and directories one episode's live snapshot layers may hold together.
+        episode_memory_mb: The one memory limit of an episode: all of its sandbox's processes, its ``/tmp`` and
+            ``/dev/shm`` tmpfs and the edits held in ``/repo``'s tmpfs, together (local backend: the backend's
+            memory cgroup; the kernel kills a process of the episode beyond it). 0: ``memory_mb + tmp_mb +
+            shm_mb + repo_mb`` (7,232 MiB with the defaults: each part can be full at once).
 
     The local backend bounds the memory of all of a sandbox's processes together with a memory cgroup of
-    ``memory_mb + tmp_mb + shm_mb + repo_mb`` (tmpfs pages included) and refuses to start where it cannot make
-    one (`envkit.envs.swe.sandbox.LocalBackend`).
+    `episode_memory_bytes` (tmpfs pages included) and refuses to start where it cannot make one
+    (`envkit.envs.swe.sandbox.LocalBackend`).
     """
 
     timeout_s: float = 60.0
@@ -71,6 +70,9 @@ class Limits:
     shm_mb: int = 64
     repo_mb: int = 2048
     repo_inodes: int = 200_000
+    snapshot_mb: int = 4096
+    snapshot_inodes: int = 400_000
+    episode_memory_mb: int = 0
 
     def __post_init__(self) -> None:
         if not 0 < self.timeout_s <= self.max_timeout_s:
@@ -78,11 +80,19 @@ class Limits:
         if self.output_chars < 200:
             raise ValueError(f"Limits.output_chars must be >= 200, got {self.output_chars}")
         positive = (self.memory_mb, self.nproc, self.file_mb, self.output_hard_bytes, self.tmp_mb, self.shm_mb)
-        if min(*positive, self.repo_inodes) <= 0 or self.repo_mb < 0:
+        if (
+            min(*positive, self.repo_inodes, self.snapshot_mb, self.snapshot_inodes) <= 0
+            or min(self.repo_mb, self.episode_memory_mb) < 0
+        ):
             raise ValueError(
-                "Limits: memory_mb, nproc, file_mb, output_hard_bytes, tmp_mb, shm_mb and repo_inodes must be "
-                "positive, repo_mb >= 0"
+                "Limits: memory_mb, nproc, file_mb, output_hard_bytes, tmp_mb, shm_mb, repo_inodes, snapshot_mb "
+                "and snapshot_inodes must be positive, repo_mb and episode_memory_mb >= 0"
             )
+
+    def episode_memory_bytes(self) -> int:
+        """The episode's one memory limit in bytes (`episode_memory_mb`, or the sum of its parts when 0)."""
+        mb = self.episode_memory_mb or (self.memory_mb + self.tmp_mb + self.shm_mb + self.repo_mb)
+        return mb << 20
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,9 @@ reward is 1.0 when all FAIL_TO_PASS and PASS_TO_PASS tests pass, else 0.0.
 
 Constructor options: ``tasks`` (a JSONL path or a list of `SweTask`; default the shipped set), ``backend``
 (``"local"`` | ``"docker"`` | a `Backend`), ``max_steps`` (50), ``limits`` (`Limits`), ``test_timeout`` (300 s),
-``max_layers`` (48; deeper snapshot stacks are merged), ``screen_diff`` (True: the static screen of the graded
+``max_layers`` (48; deeper snapshot stacks are merged), ``owner`` (whom the episode's snapshot layers are
+charged to, `envkit.envs.swe.store_quota`; default the thread's `envkit.tenancy.current_owner`, else the env
+itself), ``screen_diff`` (True: the static screen of the graded
 diff for harness tampering, `envkit.envs.swe.screen`; False only to test the runtime layers). Reset options: ``task_id`` or ``index``; otherwise the
 task is drawn from the seed.
 
@@ -30,6 +32,8 @@ from __future__ import annotations
 
 import copy
 import errno
+import os
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,7 +44,7 @@ from envkit.credit.state_keys import digest
 from envkit.envs.swe.backend import WORKDIR, Backend, Limits
 from envkit.envs.swe.grading import Grade, grade
 from envkit.envs.swe.layer_files import OverlayError
-from envkit.envs.swe.layers import LayerStore
+from envkit.envs.swe.layers import Account, LayerStore
 from envkit.envs.swe.overlay import OverlayTree
 from envkit.envs.swe.sandbox import LocalBackend
 from envkit.envs.swe.tasks import SweTask, load_tasks
@@ -49,6 +53,7 @@ from envkit.envs.swe.tree_digest import tree_digest
 from envkit.envs.swe.workspace import TaskLayers, task_layers
 from envkit.errors import SnapshotError
 from envkit.snapshot import Snapshot, SnapshotEnvBase
+from envkit.tenancy import current_owner
 
 INSTRUCTIONS = f"""You are working in a software repository at {WORKDIR}. Fix the issue below so that the
 repository's tests pass. Act with one JSON tool call per message:
@@ -73,6 +78,8 @@ class SWEState:
         step: Actions taken.
         obs: Observation at the snapshot.
         info: Info at the snapshot.
+        disk_bytes: Disk the snapshot added to the layer store (the layer its freeze made; 0 when the tree had
+            no new edits): what a server charges it beyond its Python size.
     """
 
     task_id: str
@@ -83,6 +90,12 @@ class SWEState:
     step: int
     obs: str
     info: tuple[tuple[str, Any], ...]
+    disk_bytes: int = 0
+
+
+def _close_accounts(store: LayerStore, accounts: list[Account]) -> None:
+    for account in accounts:
+        store.close_account(account)
 
 
 def make_backend(backend: str | Backend, limits: Limits | None) -> Backend:
@@ -115,6 +128,7 @@ class SWEEnv(SnapshotEnvBase):
         store: LayerStore | None = None,
         evaluation: bool = False,
         screen_diff: bool = True,
+        owner: str | None = None,
     ) -> None:
         super().__init__(evaluation=evaluation)
         if max_steps < 1:
@@ -131,6 +145,9 @@ class SWEEnv(SnapshotEnvBase):
         self.store = store or LayerStore.default()
         self.max_layers = max_layers
         self.screen_diff = screen_diff
+        self.owner = owner or current_owner() or f"env-{id(self):x}-{os.getpid()}"
+        self.account: Account | None = None
+        self._accounts: list[Account] = []  # the open one, for the finalizer (which must not hold the env)
         self.tree: OverlayTree | None = None
         self.task: SweTask = self.tasks[0]
         self.layers: TaskLayers | None = None
@@ -162,8 +179,22 @@ class SWEEnv(SnapshotEnvBase):
                 max_layers=self.max_layers,
                 size_mb=self.backend.limits.repo_mb or None,
                 max_inodes=self.backend.limits.repo_inodes,
+                account=self.account,
             )
         return self.layers
+
+    def _new_account(self) -> None:
+        """Charge the coming episode's layers to a fresh account of this env's owner (`Limits.snapshot_mb`)."""
+        lim = self.backend.limits
+        account = self.store.open_account(self.owner, lim.snapshot_mb, lim.snapshot_inodes)
+        if self.account is not None:
+            self.store.close_account(self.account)
+        else:  # an env dropped without close() must not keep its owner's floor reserved for ever
+            weakref.finalize(self, _close_accounts, self.store, self._accounts)
+        self.account = account
+        self._accounts[:] = [account]
+        if self.tree is not None:
+            self.tree.account = account
 
     def _info(self, **extra: Any) -> dict[str, Any]:
         info: dict[str, Any] = {
@@ -200,6 +231,7 @@ class SWEEnv(SnapshotEnvBase):
             task = self.tasks[int(options["index"]) % len(self.tasks)]
         else:
             task = self.tasks[int(self.np_random.integers(len(self.tasks)))]
+        self._new_account()
         layers = self._use_task(task)
         assert self.tree is not None
         self.tree.mount(layers.start)
@@ -281,6 +313,7 @@ class SWEEnv(SnapshotEnvBase):
                 stack,
                 timeout=self.test_timeout,
                 screen_diff=self.screen_diff,
+                account=self.account,
             )
         except (OSError, RecursionError) as exc:
             return self._failed_grade(f"the work tree could not be graded: {exc}")
@@ -294,7 +327,9 @@ class SWEEnv(SnapshotEnvBase):
 
     def _snapshot(self) -> SWEState:
         assert self.tree is not None
+        before = self.tree.stack
         stack = self.tree.freeze()
+        added = sum(self.store.usage_of(x)[0] for x in stack if x not in before)
         obs, info = self._last
         return SWEState(
             self.task.instance_id,
@@ -305,6 +340,7 @@ class SWEEnv(SnapshotEnvBase):
             self.t,
             obs,
             tuple(copy.deepcopy(info).items()),
+            added,
         )
 
     def _restore(self, payload: Any, snapshot: Snapshot) -> tuple[str, dict[str, Any]]:
@@ -315,6 +351,8 @@ class SWEEnv(SnapshotEnvBase):
         same_store = payload.store == str(self.store.root)
         if not same_store or not all(self.store.exists(x) for x in payload.stack):
             return self.restore_by_replay(snapshot)
+        if self.account is None:  # restored before any reset: edits from here on are an episode too
+            self._new_account()
         self._use_task(self._by_id[payload.task_id])
         assert self.tree is not None
         try:
@@ -328,6 +366,11 @@ class SWEEnv(SnapshotEnvBase):
         self._last = (payload.obs, dict(payload.info))
         return payload.obs, dict(payload.info)
 
+    def native_bytes(self, snapshot: Snapshot) -> int:
+        """The disk the snapshot's freeze added to the layer store (`SWEState.disk_bytes`)."""
+        payload = snapshot.payload[0] if isinstance(snapshot.payload, tuple) else None
+        return payload.disk_bytes if isinstance(payload, SWEState) else 0
+
     def _discard(self, payload: Any) -> None:
         if isinstance(payload, SWEState) and payload.store == str(self.store.root):
             self.store.decref(payload.stack)
@@ -339,5 +382,8 @@ class SWEEnv(SnapshotEnvBase):
         if self.tree is not None:
             self.tree.close()
             self.tree = None
+        if self.account is not None:
+            self.store.close_account(self.account)
+            self.account = None
         self.backend.close()
         super().close()

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envkit.envs.swe.backend import SYSTEM_DIRS, WORKDIR, SandboxError
+from envkit.envs.swe.sandbox_facts import SYSTEM_DIRS, WORKDIR, SandboxError
 
 SPECS_DIR = Path(__file__).resolve().parent / "tasks"
 BUILD = "python scripts/make_swe_env.py"

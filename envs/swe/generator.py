@@ -37,7 +37,7 @@ from envkit.envs.swe.grading import parse_pytest
 from envkit.envs.swe.layer_files import chown_tree
 from envkit.envs.swe.sandbox import LocalBackend
 from envkit.envs.swe.tasks import PYTEST, SweTask
-from envkit.envs.swe.workspace import _extract_archive
+from envkit.envs.swe.workspace import extract_archive
 
 _FLIP = {
     ast.Lt: ">=",
@@ -269,7 +269,7 @@ class Generator:
         os.mkdir(self.clean)
         kind, _, rest = source.partition(":")
         if kind == "archive":
-            _extract_archive(Path(rest), self.clean)
+            extract_archive(Path(rest), self.clean)
         else:
             shutil.copytree(rest, self.clean, dirs_exist_ok=True)
         chown_tree(self.clean, 65534, 65534)

@@ -45,7 +45,7 @@ from pathlib import Path
 from envkit.envs.swe.allow_list import gradable, package_dirs
 from envkit.envs.swe.backend import WORKDIR, Backend, SandboxError
 from envkit.envs.swe.layer_files import is_opaque, is_whiteout, walk
-from envkit.envs.swe.layers import LayerStore
+from envkit.envs.swe.layers import Account, LayerStore
 from envkit.envs.swe.overlay import OverlayTree
 from envkit.envs.swe.screen import SCREENED_SUFFIXES, screen
 from envkit.envs.swe.tasks import SweTask, patch_paths
@@ -155,7 +155,12 @@ def _whiteout(path: str) -> None:
 
 
 def source_layer(
-    store: LayerStore, task: SweTask, layers: TaskLayers, stack: tuple[str, ...], uid: int = 65534
+    store: LayerStore,
+    task: SweTask,
+    layers: TaskLayers,
+    stack: tuple[str, ...],
+    uid: int = 65534,
+    account: Account | None = None,
 ) -> tuple[str, tuple[str, ...]]:
     """A new layer with the agent's gradable changes (`stack` minus `layers.start`); returns (layer, dropped)."""
     start = layers.start
@@ -190,7 +195,7 @@ def source_layer(
                 for name in os.listdir(cache):
                     if name.startswith(stem) and name.endswith(".pyc"):
                         _whiteout(os.path.join(_mkdirs(dst_dir, "__pycache__", uid), name))
-    return store.commit(out, store.new_id("g")), tuple(dropped)
+    return store.commit(out, store.new_id("g"), account=account), tuple(dropped)
 
 
 def task_packages(store: LayerStore, task: SweTask, stack: tuple[str, ...]) -> frozenset[str]:
@@ -345,13 +350,15 @@ def grade(
     timeout: float,
     uid: int = 65534,
     screen_diff: bool = True,
+    account: Account | None = None,
 ) -> Grade:
     """Grade the work-tree state `stack` (see the module docstring); the agent's tree is not touched.
 
-    `screen_diff` False skips the static screen (for tests of the runtime layers only).
+    `screen_diff` False skips the static screen (for tests of the runtime layers only). The graded copy of the
+    agent's changes is charged to `account` (the episode's, `envkit.envs.swe.store_quota`).
     """
     args = pytest_args(task.test_command)
-    layer, dropped = source_layer(store, task, layers, stack, uid)
+    layer, dropped = source_layer(store, task, layers, stack, uid, account)
     files = changed_files(store, layer)
     screened = screen_layer(store, layers, layer, files) if screen_diff else ()
     if screened:

@@ -27,7 +27,7 @@ import shutil
 import tempfile
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from envkit.envs.swe.layer_files import (
     MNT_DETACH,
@@ -37,14 +37,21 @@ from envkit.envs.swe.layer_files import (
     remove_tree,
     usage,
 )
-from envkit.errors import EnvkitError
-
-if TYPE_CHECKING:
-    from envkit.envs.swe.overlay import OverlayTree
+from envkit.envs.swe.store_quota import Account, Budgets, OwnerUsage, StoreQuotaError
 
 
-class StoreQuotaError(EnvkitError, OSError):
-    """The layer store reached its byte or inode quota; the message says how to free or raise it."""
+class MountedTree(Protocol):
+    """What the store needs of a tree mounted on its layers (`envkit.envs.swe.overlay.OverlayTree`): a way to
+    unmount it when the store closes first."""
+
+    def close(self) -> None: ...
+
+
+__all__ = ["Account", "LayerStore", "StoreQuotaError"]
+
+
+def _env_int(name: str, default: int) -> int:
+    return int(os.environ.get(name) or default)
 
 
 class LayerStore:
@@ -58,26 +65,45 @@ class LayerStore:
             Default ``$ENVKIT_SWE_STORE_MB`` or 16384.
         max_inodes: Quota on the files and directories all layers together may hold. Default
             ``$ENVKIT_SWE_STORE_INODES`` or 2,000,000.
+        owner_mb, owner_inodes: Most one owner's live layers may hold (all its episodes). Default
+            ``$ENVKIT_SWE_OWNER_MB`` / ``$ENVKIT_SWE_OWNER_INODES`` or a quarter of the quota.
+        floor_mb, floor_inodes: What the store keeps for every owner with an open episode, whatever the others
+            do. Default ``$ENVKIT_SWE_FLOOR_MB`` / ``$ENVKIT_SWE_FLOOR_INODES`` or 64 MiB / 10,000 (at most 1/32
+            of the quota).
 
-    A layer that would take the store past a quota is refused with `StoreQuotaError` (the work tree stays as it
-    was); discarding snapshots frees their layers.
+    Layers are charged to an `Account` (an episode of an owner) at their real disk use; the rule that admits
+    them is `envkit.envs.swe.store_quota` (episode, owner, store quota with per-owner floors, free disk). A
+    layer past a budget is refused with `StoreQuotaError` (the work tree stays as it was); discarding snapshots
+    frees their layers.
     """
 
     _default: LayerStore | None = None
     _lock = threading.Lock()
 
     def __init__(
-        self, root: str | Path | None = None, *, max_mb: int | None = None, max_inodes: int | None = None
+        self,
+        root: str | Path | None = None,
+        *,
+        max_mb: int | None = None,
+        max_inodes: int | None = None,
+        owner_mb: int | None = None,
+        owner_inodes: int | None = None,
+        floor_mb: int | None = None,
+        floor_inodes: int | None = None,
     ) -> None:
-        self.max_bytes = (max_mb if max_mb is not None else int(os.environ.get("ENVKIT_SWE_STORE_MB", 16384))) << 20
-        self.max_inodes = (
-            max_inodes if max_inodes is not None else int(os.environ.get("ENVKIT_SWE_STORE_INODES", 2_000_000))
+        mb = max_mb if max_mb is not None else _env_int("ENVKIT_SWE_STORE_MB", 16384)
+        inodes = max_inodes if max_inodes is not None else _env_int("ENVKIT_SWE_STORE_INODES", 2_000_000)
+        self.budgets = Budgets(
+            mb << 20,
+            inodes,
+            (owner_mb if owner_mb is not None else _env_int("ENVKIT_SWE_OWNER_MB", max(1, mb // 4))) << 20,
+            owner_inodes if owner_inodes is not None else _env_int("ENVKIT_SWE_OWNER_INODES", max(1, inodes // 4)),
+            (floor_mb if floor_mb is not None else _env_int("ENVKIT_SWE_FLOOR_MB", min(64, mb // 32))) << 20,
+            floor_inodes
+            if floor_inodes is not None
+            else _env_int("ENVKIT_SWE_FLOOR_INODES", min(10_000, inodes // 32)),
         )
-        if self.max_bytes <= 0 or self.max_inodes <= 0:
-            raise ValueError(f"LayerStore quotas must be positive, got max_mb={max_mb}, max_inodes={max_inodes}")
-        self._usage: dict[str, tuple[int, int]] = {}
-        self.used_bytes = 0
-        self.used_inodes = 0
+        self._usage: dict[str, tuple[int, int, Account | None]] = {}
         parent = os.environ.get("ENVKIT_SWE_STORE") or None
         self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="envkit-swe-", dir=parent))
         self.root.mkdir(parents=True, exist_ok=True)
@@ -91,7 +117,7 @@ class LayerStore:
         self._pinned: set[str] = set()
         self._merged: dict[tuple[str, ...], str] = {}
         self._counter = itertools.count()
-        self._trees: set[OverlayTree] = set()
+        self._trees: set[MountedTree] = set()
         self._owned = root is None
         self._pid = os.getpid()
         if self._owned:
@@ -140,6 +166,78 @@ class LayerStore:
                 multiprocessing.util.Finalize(d, d.close, exitpriority=10)
             return d
 
+    # ----- budgets -------------------------------------------------------------------------------------------
+    @property
+    def max_bytes(self) -> int:
+        return self.budgets.max_bytes
+
+    @max_bytes.setter
+    def max_bytes(self, value: int) -> None:
+        self.budgets.max_bytes = value
+
+    @property
+    def max_inodes(self) -> int:
+        return self.budgets.max_inodes
+
+    @max_inodes.setter
+    def max_inodes(self, value: int) -> None:
+        self.budgets.max_inodes = value
+
+    @property
+    def used_bytes(self) -> int:
+        """Allocated bytes of every layer in the store."""
+        b = self.budgets
+        return b.other_bytes + sum(o.bytes for o in b.owners.values())
+
+    @property
+    def used_inodes(self) -> int:
+        b = self.budgets
+        return b.other_inodes + sum(o.inodes for o in b.owners.values())
+
+    def open_account(self, owner: str, max_mb: int, max_inodes: int) -> Account:
+        """Start charging an episode of `owner` (budget `max_mb` / `max_inodes`); reserves the owner's floor.
+
+        Raises:
+            StoreQuotaError: the store cannot keep the floor for one more owner.
+        """
+        with self._lock:
+            o = self.budgets.owners.setdefault(owner, OwnerUsage())
+            if o.open == 0:
+                o.open = 1
+                b, n = self.budgets.committed()
+                if b > self.budgets.max_bytes or n > self.budgets.max_inodes:
+                    o.open = 0
+                    if o.bytes <= 0 and o.inodes <= 0:
+                        del self.budgets.owners[owner]
+                    raise StoreQuotaError(
+                        f"the SWE layer store cannot keep {self.budgets.floor_bytes >> 20} MiB / "
+                        f"{self.budgets.floor_inodes} inodes for one more owner ({owner!r}): its quota of "
+                        f"{self.budgets.max_bytes >> 20} MiB / {self.budgets.max_inodes} inodes is used or kept for "
+                        f"{len(self.budgets.owners) - 1} others; close envs or discard snapshots, raise the quota, "
+                        "or lower the floor (LayerStore(floor_mb=..., floor_inodes=...))"
+                    )
+            else:
+                o.open += 1
+        return Account(owner, max_mb << 20, max_inodes)
+
+    def close_account(self, account: Account) -> None:
+        """End an episode: its owner's floor is no longer kept for it (its live layers stay charged to it)."""
+        with self._lock:
+            if account.closed:
+                return
+            account.closed = True
+            o = self.budgets.owners.get(account.owner)
+            if o is None:
+                return
+            o.open -= 1
+            if o.open <= 0 and o.bytes <= 0 and o.inodes <= 0:
+                del self.budgets.owners[account.owner]
+
+    def usage_of(self, layer: str) -> tuple[int, int]:
+        """(allocated bytes, inodes) `layer` was charged (0, 0 for an unknown layer)."""
+        got = self._usage.get(layer)
+        return (got[0], got[1]) if got else (0, 0)
+
     # ----- layers --------------------------------------------------------------------------------------------
     def path(self, layer: str) -> str:
         """Absolute path of `layer`."""
@@ -163,34 +261,35 @@ class LayerStore:
         pin: bool = False,
         size: tuple[int, int] | None = None,
         discard_on_error: bool = True,
+        account: Account | None = None,
     ) -> str:
-        """Move `directory` into the store as an immutable layer; returns its id (``layer`` or a new one).
+        """Move `directory` (on the store's file system) into the store as an immutable layer; returns its id
+        (``layer`` or a new one).
 
-        `size` is its (allocated bytes, inodes) when the caller measured them (else they are measured here).
+        `size` is its (allocated bytes, inodes) as it lies in the store when the caller measured them (else they
+        are measured here). It is charged to `account` (None: a task layer, counted but never refused).
 
         Raises:
-            StoreQuotaError: the layer would take the store past a quota (`directory` is deleted unless
-                `discard_on_error` is False).
+            StoreQuotaError: the layer would pass a budget (`envkit.envs.swe.store_quota`; `directory` is
+                deleted unless `discard_on_error` is False).
         """
         if size is None:
             size = usage(directory)[1:]
+        why = None
         with self._lock:
-            over = self.used_bytes + size[0] > self.max_bytes or self.used_inodes + size[1] > self.max_inodes
-            if not over:
-                self.used_bytes += size[0]
-                self.used_inodes += size[1]
-        if over:
+            if account is not None:
+                why = self.budgets.refusal(account, *size)
+                if why is None:
+                    fs = os.statvfs(self.root)
+                    why = self.budgets.disk_refusal(account.owner, fs.f_bavail * fs.f_frsize, fs.f_favail)
+            if why is None:
+                self.budgets.charge(account, *size)
+        if why is not None:
             if discard_on_error:
                 remove_tree(directory)
-            raise StoreQuotaError(
-                f"the SWE layer store {self.root} is full: {self.used_bytes >> 20} MiB and {self.used_inodes} "
-                f"inodes in use, a new layer of {size[0] >> 20} MiB and {size[1]} inodes would pass its quota of "
-                f"{self.max_bytes >> 20} MiB / {self.max_inodes} inodes; discard snapshots you no longer need "
-                "(env.discard), or raise the quota (LayerStore(max_mb=..., max_inodes=...), ENVKIT_SWE_STORE_MB, "
-                "ENVKIT_SWE_STORE_INODES)"
-            )
+            raise StoreQuotaError(why)
         layer = layer or self.new_id()
-        self._usage[layer] = size
+        self._usage[layer] = (*size, account)
         os.rename(directory, self.path(layer))
         os.chmod(self.path(layer), 0o755)
         if pin:
@@ -246,9 +345,9 @@ class LayerStore:
         """Remove `layer` from disk now and give its space back to the quota (callers hold no reference)."""
         remove_tree(self.path(layer))
         with self._lock:
-            size = self._usage.pop(layer, (0, 0))
-            self.used_bytes -= size[0]
-            self.used_inodes -= size[1]
+            got = self._usage.pop(layer, None)
+            if got is not None:
+                self.budgets.uncharge(got[2], got[0], got[1])
 
     def refcount(self, layer: str) -> int:
         return self._refs.get(layer, 0)
@@ -257,15 +356,16 @@ class LayerStore:
         """Layers on disk (for tests and leak checks)."""
         return sum(1 for _ in os.scandir(self.root / "l"))
 
-    def merge(self, layers: tuple[str, ...]) -> str:
-        """One new layer equal to `layers` applied bottom to top (cached per tuple of ids)."""
+    def merge(self, layers: tuple[str, ...], account: Account | None = None) -> str:
+        """One new layer equal to `layers` applied bottom to top (cached per tuple of ids), charged to `account`
+        (its files are hard links into `layers`: each is counted in full, a bound on what it holds)."""
         cached = self._merged.get(layers)
         if cached is not None and self.exists(cached):
             return cached
         out = self.staging()
         for layer in layers:
             merge_into(self.path(layer), out)
-        merged = self.commit(out, self.new_id("m"))
+        merged = self.commit(out, self.new_id("m"), account=account)
         self._merged[layers] = merged
         return merged
 
@@ -278,11 +378,11 @@ class LayerStore:
         chown_tree(out, uid, gid)
         return self.commit(out, layer, pin=True)
 
-    def attach(self, tree: OverlayTree) -> None:
+    def attach(self, tree: MountedTree) -> None:
         """Register a mounted tree: `close` unmounts it with the store."""
         self._trees.add(tree)
 
-    def detach(self, tree: OverlayTree) -> None:
+    def detach(self, tree: MountedTree) -> None:
         """Forget a tree that unmounted itself."""
         self._trees.discard(tree)
 

@@ -28,7 +28,7 @@ from envkit.envs.swe.layer_files import (
     umount,
     usage,
 )
-from envkit.envs.swe.layers import LayerStore
+from envkit.envs.swe.layers import Account, LayerStore
 from envkit.errors import EnvkitError
 
 
@@ -46,6 +46,8 @@ class OverlayTree:
             in full) is over it. None: the upper dir sits in the store (no cap; freeze is a rename).
         max_inodes: Files and directories the edits between two snapshots may hold (the scratch tmpfs has as
             many inodes; `freeze` refuses more).
+        account: Whom the layers `freeze` makes are charged to (`LayerStore.open_account`; an attribute, so an
+            env gives each episode its own). None: counted in the store's quota only.
 
     `freeze` that refuses or fails raises an `envkit.errors.EnvkitError` (`WorkTreeLimitError`,
     `envkit.envs.swe.layers.StoreQuotaError`, `OverlayError`) and leaves the tree mounted with its edits.
@@ -62,6 +64,7 @@ class OverlayTree:
         uid: int = 65534,
         size_mb: int | None = None,
         max_inodes: int = 200_000,
+        account: Account | None = None,
     ) -> None:
         if max_layers < pinned + 1:
             raise ValueError(f"max_layers must be > pinned ({pinned}), got {max_layers}")
@@ -74,6 +77,7 @@ class OverlayTree:
         self.merged = str(self.dir / "m")
         self.size_mb = size_mb
         self.max_inodes = max_inodes
+        self.account = account
         self._scratch = str(self.dir / "s") if size_mb else None
         base = self._scratch or str(self.dir)
         self._upper = os.path.join(base, "u")
@@ -148,7 +152,7 @@ class OverlayTree:
                 )
             self._unmount()
             try:
-                self._freeze_edits((allocated, inodes))
+                self._freeze_edits(None if self._scratch else (allocated, inodes))
             except BaseException as exc:
                 self._remount_after_failure()
                 if isinstance(exc, OSError) and not isinstance(exc, EnvkitError):  # e.g. ENAMETOOLONG deep down
@@ -159,24 +163,26 @@ class OverlayTree:
         self.store.incref(self.stack)
         return self.stack
 
-    def _freeze_edits(self, size: tuple[int, int]) -> None:
+    def _freeze_edits(self, size: tuple[int, int] | None) -> None:
+        """`size`: the edits' (allocated bytes, inodes) where the upper dir lies in the store (None: the copy's
+        real disk use is measured in the store)."""
         if self._scratch:
             staged = self.store.staging()
             try:
-                copy_layer(self._upper, staged)
+                real = copy_layer(self._upper, staged)  # its disk use in the store, measured while copying
                 st = os.stat(self._upper)
                 os.chmod(staged, stat.S_IMODE(st.st_mode))
                 os.chown(staged, st.st_uid, st.st_gid)
             except BaseException:
                 remove_tree(staged)
                 raise
-            layer = self.store.commit(staged, size=size)
+            layer = self.store.commit(staged, size=real, account=self.account)
         else:
-            layer = self.store.commit(self._upper, size=size, discard_on_error=False)
+            layer = self.store.commit(self._upper, size=size, discard_on_error=False, account=self.account)
         stack = (*self.stack, layer)
         if len(stack) > self.max_layers or self._options_len(stack) > MAX_MOUNT_OPTIONS:
             try:
-                merged = self.store.merge(stack[self.pinned :])
+                merged = self.store.merge(stack[self.pinned :], self.account)
             except BaseException:
                 self.store.delete(layer)
                 raise

@@ -211,9 +211,7 @@ class LocalBackend(Backend):
         self.cgroups: Cgroups | None = None
         reason = "off (cgroups=False)"
         if cgroups:
-            mb = 1 << 20
-            lim = self.limits
-            self.cgroups = Cgroups(lim.nproc + 16, (lim.memory_mb + lim.tmp_mb + lim.shm_mb + lim.repo_mb) * mb)
+            self.cgroups = Cgroups(self.limits.nproc + 16, self.limits.episode_memory_bytes())
             reason = self.cgroups.reason
             if "memory" not in self.cgroups.dirs:
                 self.cgroups.close()
@@ -232,7 +230,10 @@ class LocalBackend(Backend):
             "cgroup_missing": reason,
             "tmp_size_mb": str(self.limits.tmp_mb),
             "shm_size_mb": str(self.limits.shm_mb),
-            "aggregate_memory": "memory cgroup" if self.cgroups else "none (cgroups=False: RLIMIT_AS per process only)",
+            "aggregate_memory": f"memory cgroup: {self.limits.episode_memory_bytes() >> 20} MiB for all processes, /tmp, "
+            "/dev/shm and /repo edits together"
+            if self.cgroups
+            else "none (cgroups=False: RLIMIT_AS per process only)",
         }
 
     def _show(self, roots: list[str], path: list[str], hidden: Sequence[str] = ()) -> None:

@@ -61,7 +61,7 @@ def lookup(store: LayerStore, stack: tuple[str, ...], rel: str) -> str | None:
     return None
 
 
-def _extract_archive(archive: Path, out: str) -> None:
+def extract_archive(archive: Path, out: str) -> None:
     with tempfile.TemporaryDirectory(dir=os.path.dirname(out)) as tmp:
         if archive.name.endswith(".zip") or archive.suffix == ".whl":
             with zipfile.ZipFile(archive) as z:
@@ -111,7 +111,7 @@ def source_layer(store: LayerStore, source: str, uid: int = 65534) -> str:
             raise DataNotFoundError(
                 f"task source archive {rest} does not exist; rebuild with scripts/make_swe_tasks.py"
             )
-        _extract_archive(Path(rest), out)
+        extract_archive(Path(rest), out)
     elif kind == "dir":
         if not Path(rest).is_dir():
             raise DataNotFoundError(f"task source directory {rest} does not exist")

@@ -33,7 +33,7 @@ from envkit.capability import SnapshotCapability
 from envkit.envs.webshop.catalog import load_catalog
 from envkit.envs.webshop.products import DEFAULT_TEST_GOALS, Catalog, WebShopGoal
 from envkit.envs.webshop.render import OBSERVATION_MODES, render_html, to_text, to_text_rich
-from envkit.envs.webshop.reward import DEFAULT_REWARD_MODE, REWARD_MODES, get_reward
+from envkit.envs.webshop.scoring import DEFAULT_REWARD_MODE, REWARD_MODES, get_reward
 from envkit.envs.webshop.search import SearchEngine, engine_for
 from envkit.envs.webshop.shop import (
     Element,

@@ -2,7 +2,7 @@
 
 ``score = r_type * (n_attr + n_option + [price <= bound]) / (len(goal.attributes) + len(goal.goal_options) + 1)``
 
-Default ``mode="upstream"`` (princeton-nlp/WebShop master, with the thefuzz 0.19.0 it pins):
+The default ``reward_mode="upstream"`` (princeton-nlp/WebShop master, with the thefuzz 0.19.0 it pins):
 
 * **attributes** (``get_attribute_reward``): a goal attribute matches when ``token_set_ratio(product attribute,
   goal attribute) > 85`` for some product attribute, else when it is a substring of the title, the features or
@@ -24,8 +24,8 @@ One upstream bug is not reproduced (documented): for synthetic goals, upstream m
 ``goal['goal_options'].items()`` ((name, value) tuples) to ``get_option_reward``, so ``normalize_color`` tests
 tuple membership and the matcher sees ``"('color', 'rustic')"``; here the goal's option *values* are normalised.
 
-``mode="legacy"`` is envkit's earlier score (`envkit.envs.webshop.reward_legacy`), kept to reproduce old runs; it pays
-some wrong purchases as successes (see there).
+``reward_mode="legacy"`` is envkit's earlier score (`envkit.envs.webshop.reward_legacy`), kept to reproduce old runs;
+it pays some wrong purchases as successes (see there). `envkit.envs.webshop.scoring.get_reward` picks the mode.
 """
 
 from __future__ import annotations
@@ -40,8 +40,6 @@ from envkit.errors import require
 
 _fuzz = require("rapidfuzz.fuzz", extra="webshop", what="envkit/WebShop-v0")
 
-REWARD_MODES = ("upstream", "legacy")
-DEFAULT_REWARD_MODE = "upstream"
 
 _COLORS = (
     "alabaster apricot aqua ash asphalt azure banana beige black blue blush bordeaux bronze brown burgundy camel "
@@ -142,20 +140,9 @@ def option_matches(goal_options: tuple[str, ...], purchased: Mapping[str, str]) 
     return sum(any(token_set_ratio(p, normalize_color(g)) > 85 for p in bought) for g in goal_options)
 
 
-def get_reward(
-    product: Product, goal: WebShopGoal, price: float, options: Mapping[str, str], mode: str = DEFAULT_REWARD_MODE
-) -> RewardInfo:
-    """Score a purchase of `product` at `price` with the chosen `options` (option group -> value) for `goal`.
-
-    Args:
-        mode: ``"upstream"`` (default; see the module docstring) or ``"legacy"`` (envkit's earlier score).
-    """
-    if mode == "legacy":
-        from envkit.envs.webshop.reward_legacy import legacy_reward
-
-        return legacy_reward(product, goal, price, options)
-    if mode != "upstream":
-        raise ValueError(f"reward_mode must be one of {REWARD_MODES}, got {mode!r}")
+def upstream_reward(product: Product, goal: WebShopGoal, price: float, options: Mapping[str, str]) -> RewardInfo:
+    """Score a purchase of `product` at `price` with the chosen `options` (option group -> value) for `goal`, as
+    upstream does (the shop's default ``reward_mode``; `envkit.envs.webshop.scoring.get_reward` picks the mode)."""
     r_type, query_match, category_match, title_score = type_reward(product, goal)
     r_price = price <= goal.price_upper
     n_att = attribute_matches(product, goal)

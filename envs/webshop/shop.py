@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import parse_qs, urlencode
 
 from envkit.envs.webshop.products import Catalog, WebShopGoal
-from envkit.envs.webshop.reward import DEFAULT_REWARD_MODE, get_reward
+from envkit.envs.webshop.scoring import DEFAULT_REWARD_MODE, get_reward
 from envkit.envs.webshop.search import RESULTS_PER_PAGE
 
 if TYPE_CHECKING:

@@ -102,6 +102,6 @@ def test_a_bad_value_deep_in_the_openrlhf_config_names_its_path():
     data["sero_opts"]["roots_per_group"] = 2
     data["sero_opts"]["weighting"] = "sequence"  # the oracle pipeline's knob: not an option of this backend
     with pytest.raises(
-        TypeError, match=r"BackendConfig\.sero_opts: OpenRLHFSeroOptions has no field\(s\) \['weighting'\]"
+        TypeError, match=r"BackendConfig\.sero_opts: TrainerSeroOptions has no field\(s\) \['weighting'\]"
     ):
         BackendConfig.from_json(json.dumps(data))

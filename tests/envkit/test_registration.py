@@ -107,3 +107,14 @@ def test_missing_sees_a_program_absent_from_path(monkeypatch):
     why = " ".join(missing(ENVS["envkit/WebShopBrowser-v0"]))
     assert "chromium|chromium-browser, chromedriver not on PATH: apt-get install chromium chromium-driver" in why
     assert "apt-get install bash bubblewrap git" in " ".join(missing(ENVS["envkit/SWE-v0"]))
+
+
+def test_the_remote_and_fleet_placements_name_their_env_classes():
+    # make(remote=...) / make(fleet=...) load these entry points (named, not imported: the pool-contract circle)
+    from gymnasium.envs.registration import load_env_creator
+
+    from envkit.fleet.env import FleetEnv
+    from envkit.registration import PLACEMENTS
+    from envkit.remote.client import RemoteEnv
+
+    assert {k: load_env_creator(v) for k, v in PLACEMENTS.items()} == {"remote": RemoteEnv, "fleet": FleetEnv}

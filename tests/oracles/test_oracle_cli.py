@@ -83,14 +83,13 @@ def test_help_shows_only_the_sero_knobs_that_act_in_the_oracle_pipeline():
     # the trainers' options (issue 25): they would do nothing here, so the command neither shows nor accepts them.
     from envkit.credit.sero import SeroOptions
     from envkit.oracles.run_config import OracleSeroOptions
-    from envkit.trainers.openrlhf.config import OpenRLHFSeroOptions
     from envkit.trainers.sero_options import TrainerSeroOptions
 
     text = _plain(runner.invoke(app, ["rollout", "--help"], env={"COLUMNS": "200", "NO_COLOR": "1"}).output)
-    trainer_only = {f.name for f in dataclasses.fields(OpenRLHFSeroOptions)} - {
+    trainer_only = {f.name for f in dataclasses.fields(TrainerSeroOptions)} - {
         f.name for f in dataclasses.fields(SeroOptions)
     }
-    assert trainer_only == {"max_oracle_share", "oracle_max_steps"}
+    assert trainer_only == {"max_oracle_share"}
     assert not {f.name for f in dataclasses.fields(TrainerSeroOptions)} & {"weighting"}  # oracle-only stays here
     for name in trainer_only:
         flag = f"--sero.{name.replace('_', '-')}"
@@ -122,8 +121,8 @@ def test_help_documents_every_option_with_its_default():
     from envkit.oracles.pipeline import RunConfig
 
     params = list(_options(RunConfig))
-    # + --sero.same-state, --sero.reach.first (22), --state-key (26); - the trainers' 2 (25); + --fleet.* (34)
-    assert len(params) == 34
+    # + --sero.same-state, --sero.reach.first (22), --state-key (26); - the trainers' 2 (25); + --fleet.* (34); + --retries (35)
+    assert len(params) == 35
     for flag, default in params:
         assert flag in text, flag
         if isinstance(default, bool):  # a --x/--no-x flag shows its default

@@ -96,7 +96,7 @@ def test_store_quota_bytes_and_inodes(swe_tasks):
     from envkit.envs.swe.env import SWEEnv
     from envkit.envs.swe.layers import LayerStore, StoreQuotaError
 
-    store = LayerStore()
+    store = LayerStore(floor_mb=0, floor_inodes=0)  # the store-wide quota alone (floors: test_swe_store_shares.py)
     env = SWEEnv(tasks=swe_tasks, max_steps=40, test_timeout=120, store=store)
     try:
         env.reset(seed=0, options={"index": TASK})
@@ -128,7 +128,7 @@ def test_dev_shm_is_capped_and_dev_read_only(make_env):
     env = make_env(limits=Limits(shm_mb=16))
     out = bash(env, "head -c 200M /dev/zero > /dev/shm/x; du -m /dev/shm/x; touch /dev/y 2>&1; rm -f /dev/shm/x")
     assert "No space left" in out and "Read-only" in out, out
-    assert env.backend.isolation["aggregate_memory"] == "memory cgroup"
+    assert env.backend.isolation["aggregate_memory"].startswith("memory cgroup")
     still_serving(env)
 
 
@@ -138,6 +138,19 @@ def test_aggregate_memory_bound(make_env):
     hold = 'python -c \'import time; b = bytearray(300 << 20); b[::4096] = b"x" * len(b[::4096]); time.sleep(4); print("held")\''
     out = bash(env, f"for i in 1 2 3; do {hold} & done; wait")
     assert out.splitlines().count("held") < 3, out
+    still_serving(env)
+
+
+def test_one_memory_limit_for_processes_and_tmpfs_together(make_env):
+    """Issue 33: /tmp, /repo and a process each within their own cap (250 of 400, 250 of 400, 250 of 512 MiB),
+    together over the episode's one limit (640 MiB): before, the limit was the sum of the parts (1,328 MiB)."""
+    env = make_env(limits=Limits(memory_mb=512, tmp_mb=400, shm_mb=16, repo_mb=400, episode_memory_mb=640))
+    assert "640 MiB" in env.backend.isolation["aggregate_memory"]
+    hold = 'python -c \'import time; b = bytearray(250 << 20); b[::4096] = b"x" * len(b[::4096]); print("held")\''
+    out = bash(env, f"head -c 250M /dev/zero > /tmp/t && head -c 250M /dev/zero > /repo/r && echo FILLED; {hold}")
+    lines = out.splitlines()  # (a kill message quotes the command: compare whole lines)
+    assert "FILLED" in lines and "held" not in lines and "Killed" in out, out
+    bash(env, "rm -f /repo/r")
     still_serving(env)
 
 

@@ -144,7 +144,7 @@ def test_eden_advantages_mixed_group_exact():
     assert res.stats["eden_noisy_kept_share"] == 0.5
     assert res.stats["eden_noisy_success_rate"] == 0.5
     assert res.stats["eden_standard_success_rate"] == pytest.approx(2 / 6)
-    assert res.stats["zero_adv_group_frac"] == 0.0
+    assert res.stats["zero_adv_fraction"] == 0.0
 
 
 def test_candidate_tokens_exact():

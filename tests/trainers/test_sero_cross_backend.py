@@ -8,9 +8,9 @@
 Every policy turn a backend trains gets the same advantage, every oracle action the same weight and weighted
 advantage, bit for bit. The one difference is in the batch layout, not the numbers: OpenRLHF's oracle row replaces
 the rollout, so that rollout's turns from the root on (its ``policy_suffix``) are credited but not trained.
-The plain GraphGPO tables differ in one convention the group avoids on purpose: after the last step of a failed
-episode the local trainer points to an unknown terminal node, the others to the recorded observation (equal unless
-that observation has a known path to SUCCESS; a rescue from the final state reveals it in both).
+All three build their tables with one builder (`StepTable.from_paths`; issue 36): groups that end in failure and
+truncation, where the old local convention (an unknown terminal node after a failed last step) showed, are compared
+in tests/trainers/test_step_table_cross_backend.py.
 """
 
 from __future__ import annotations
@@ -169,7 +169,7 @@ def test_sero_off_in_each_backend_is_plain_graphgpo():
     off = compute_turn_advantages(rows, BackendConfig(n_samples_per_prompt=4, advantage="graphgpo", adv=ADV))
     for a, b in zip(on.per_turn, off.per_turn, strict=True):
         assert np.array_equal(a, b)
-    assert np.array_equal(np.concatenate(off.per_turn), plain)  # the group avoids the last-step convention gap
+    assert np.array_equal(np.concatenate(off.per_turn), plain)
 
 
 # ----- the same group with exact state keys (issue 26): the observation text aliases B with D ----------------------

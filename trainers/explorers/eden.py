@@ -324,7 +324,7 @@ class EdenResult:
         loss_mask: (N,) bool rows that enter the loss.
         raw_advantages: (N,) normalised over the mixed groups, before absorb.
         stats: ``eden_noisy_kept_share``, ``eden_noisy_success_rate``, ``eden_standard_success_rate``,
-            ``zero_adv_group_frac``.
+            ``zero_adv_fraction`` (over the mixed groups before absorb).
     """
 
     advantages: np.ndarray
@@ -355,6 +355,6 @@ def eden_advantages(
         "eden_noisy_kept_share": float((keep & m).sum() / n_noisy) if n_noisy else 0.0,
         "eden_noisy_success_rate": float((r[m] > 0).mean()) if n_noisy else 0.0,
         "eden_standard_success_rate": float((r[~m] > 0).mean()) if (~m).any() else 0.0,
-        "zero_adv_group_frac": zero_advantage_fraction(raw, group_ids),
+        "zero_adv_fraction": zero_advantage_fraction(raw, group_ids),
     }
     return EdenResult(adv, loss_mask, raw, stats)

@@ -10,14 +10,16 @@ loss flags on action tokens only, each action's tokens carrying its turn's advan
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from envkit.credit.advantages import group_advantages, zero_advantage_fraction
 from envkit.credit.turn_credit import turn_credit
+from envkit.lifetime import discard_many
 from envkit.trainers.local.contracts import AgentExplorer, Budget, step_seed
-from envkit.trainers.local.episode_steps import _success_reward, episodes_state_key, step_table
+from envkit.trainers.local.episode_steps import episodes_state_key, step_table
 from envkit.trainers.local.multi_turn import AgentConfig, Episode
 from envkit.trainers.local.update import TrainBatch
 
@@ -27,6 +29,7 @@ if TYPE_CHECKING:
     from envkit.trainers.local.config import TrainConfig
 
 __all__ = ["AgentSource", "episodes_state_key", "step_table"]
+_LOG = logging.getLogger(__name__)
 
 
 class AgentSource:
@@ -49,6 +52,7 @@ class AgentSource:
     def advantages(self, step: int, episodes: list[Episode]) -> tuple[TrainBatch, dict[str, Any]]:
         """Each turn's advantage (the estimator, or SERO's credit), the explorer's post-processing, the rows."""
         cfg: AgentConfig = self.run.agent
+        episodes, lost_metrics = _drop_lost(episodes)
         sero = None
         if cfg.sero:
             from envkit.trainers.local.sero import sero_credit
@@ -68,6 +72,7 @@ class AgentSource:
             flags.append(e.flags)
         metrics = _episode_metrics(episodes, per_episode, cfg)
         metrics.update(explorer_metrics)
+        metrics.update(lost_metrics)
         if sero is not None:
             metrics.update(sero.metrics)
             for row in sero.rows:
@@ -94,6 +99,29 @@ class AgentSource:
         return self.explorer.state_dict()
 
 
+def _drop_lost(episodes: list[Episode]) -> tuple[list[Episode], dict[str, Any]]:
+    """The episodes that did not lose their env, and the step's ``episodes_lost`` / ``episodes_retried`` metrics.
+
+    A lost episode (`Episode.lost`: its fleet actor or node died mid-way, after ``agent.retries`` tries from reset)
+    leaves the update: its group credits the episodes that finished, as if it had one member fewer. Its reason is
+    logged; its snapshots, if any are left, are discarded.
+
+    Raises:
+        RuntimeError: every episode of the step was lost (nothing to learn from; the fleet is gone).
+    """
+    lost = [e for e in episodes if e.lost]
+    for e in lost:
+        _LOG.warning("episode %s/%s (seed %s) dropped from the update: %s", e.group, e.index, e.seed, e.lost)
+        discard_many(e.env, e.snapshots())
+    kept = [e for e in episodes if not e.lost]
+    if episodes and not kept:
+        raise RuntimeError(
+            f"all {len(episodes)} episodes of the step lost their env (first: {lost[0].lost}); check the fleet's "
+            "nodes (docs/fleet.md, 'Failures and preemption') or raise agent.retries"
+        )
+    return kept, {"episodes_lost": len(lost), "episodes_retried": sum(e.retries for e in episodes)}
+
+
 def _peaks(per_episode: list[np.ndarray]) -> list[float]:
     """Each episode's largest |turn advantage| (0 for an episode without turns)."""
     return [float(np.abs(a).max()) if len(a) else 0.0 for a in per_episode]
@@ -104,8 +132,9 @@ def _episode_metrics(episodes: list[Episode], per_episode: list[np.ndarray], cfg
     groups = [e.group for e in episodes]
     zero = zero_advantage_fraction(np.array(_peaks(per_episode)), groups)
     n_act = sum(len(e.actions) for e in episodes)
+    win = float(cfg.adv.terminal_reward or 0.0)  # a successful last step's reward (set: AgentConfig checks it)
     return {
-        "reward_mean": float(np.mean([_success_reward(cfg) * e.success for e in episodes])),
+        "reward_mean": float(np.mean([win * e.success for e in episodes])),
         "success_rate": float(np.mean([e.success for e in episodes])),
         "zero_adv_fraction": zero,
         "response_length": float(np.mean([sum(e.flags) / max(1, len(e.actions)) for e in episodes])),

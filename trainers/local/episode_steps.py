@@ -1,45 +1,55 @@
-"""The GiGPO / GraphGPO step rows of played episodes (`step_table`) and the state key they use.
+"""The local trainer's episodes as step rows: `episode_path` (an `Episode` as a `PlayedPath`) and `step_table`.
 
-Shared by the batch source's turn credit (`envkit.trainers.local.agent_source`) and SERO's
-(`envkit.trainers.local.sero`), which is why it is a module of its own (no import circle between those two).
+Every conventions lives in `envkit.credit.played_path` / `StepTable.from_paths`, the builder the OpenRLHF backend
+and ``envkit-oracle rollout`` use too; this module only reads an `Episode`: the observation before each action
+(`Episode.states`, `Episode.infos`) and the one after its last action, which `play` never appends to the context
+but its `EpisodeRecorder` keeps (``Episode.recorder``, always made by `play_specs`). Shared by the batch source's
+turn credit (`envkit.trainers.local.agent_source`) and SERO's (`envkit.trainers.local.sero`).
 """
 
 from __future__ import annotations
 
-from envkit.credit.advantages import StepTable
-from envkit.credit.state_keys import StateKeyKind, path_anchors, resolve_state_key
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from envkit.credit.played_path import PlayedPath, paths_state_key
+from envkit.credit.state_keys import StateKeyKind
+from envkit.credit.step_table import StepTable
 from envkit.trainers.local.multi_turn import AgentConfig, Episode
 
-__all__ = ["episodes_state_key", "step_table"]
+__all__ = ["episode_path", "episodes_state_key", "step_table"]
 
 
-def _success_reward(cfg: AgentConfig) -> float:
-    """Reward of a successful episode's last step (``adv.terminal_reward``, set: `AgentConfig` checks it)."""
-    return float(cfg.adv.terminal_reward or 0.0)
+def episode_path(e: Episode) -> PlayedPath:
+    """`e` as a `PlayedPath`: its states before each action, then its final state when recorded (the recorder's
+    current observation after at least one step, or a state `play` appended without acting on it)."""
+    n = len(e.actions)
+    obs, infos = list(e.states[: n + 1]), list(e.infos[: n + 1]) if e.infos else None
+    rec = e.recorder
+    if len(obs) == n and n > 0 and rec is not None and len(rec) > 0:
+        obs.append(rec.observation)
+        if infos is not None:
+            infos.append(rec.info)
+    if infos is not None and len(infos) != len(obs):
+        infos = None  # an episode made without infos for every state: only the observation key applies
+    return PlayedPath(
+        e.group, e.index, tuple(obs), tuple(e.actions), tuple(float(r) for r in e.rewards), tuple(e.invalid),
+        bool(e.success), infos=tuple(infos) if infos is not None else None,
+    )  # fmt: skip
 
 
-def episodes_state_key(episodes: list[Episode], cfg: AgentConfig) -> StateKeyKind:
-    """The state key the batch's step rows use (``agent.adv.state_key``; None: the env's exact key if offered)."""
-    return resolve_state_key(cfg.adv.state_key, (i for e in episodes for i in e.infos))
+def episodes_state_key(
+    episodes: list[Episode], cfg: AgentConfig, extra: Iterable[Mapping[str, Any]] = ()
+) -> StateKeyKind:
+    """The state key the batch's step rows use (``agent.adv.state_key``; None: the env's exact key when every
+    state, the final ones and the `extra` infos (SERO's oracle steps) included, has one)."""
+    return paths_state_key(cfg.adv.state_key, (episode_path(e) for e in episodes), extra)
 
 
 def step_table(episodes: list[Episode], cfg: AgentConfig, kind: StateKeyKind | None = None) -> StepTable:
-    """The GiGPO/GraphGPO step rows of played episodes (reward: adv.terminal_reward on a successful last step);
-    each row's state is its anchor under `kind` (None: `episodes_state_key`)."""
-    kind = kind or episodes_state_key(episodes, cfg)
-    group, traj, step, state, reward, invalid, action = [], [], [], [], [], [], []
-    for e in episodes:
-        n = len(e.states)
-        anchors = e.states if kind == "observation" else path_anchors(kind, e.states, e.actions[: n - 1], e.infos)
-        for t, a in enumerate(e.actions):
-            group.append(e.group)
-            traj.append(e.index)
-            step.append(t)
-            state.append(anchors[t])
-            last = t == len(e.actions) - 1
-            reward.append(_success_reward(cfg) * float(e.success) if last else 0.0)
-            invalid.append(e.invalid[t])
-            action.append(a)
-    return StepTable(
-        group=group, trajectory=traj, step=step, state=state, reward=reward, invalid=invalid, action=action
-    )
+    """The GiGPO/GraphGPO step rows of played episodes (`StepTable.from_paths`; reward: ``adv.terminal_reward``
+    on a successful last step); each row's state is its anchor under `kind` (None: `episodes_state_key`)."""
+    return StepTable.from_paths(
+        [episode_path(e) for e in episodes], state_key=kind or cfg.adv.state_key,
+        terminal_reward=float(cfg.adv.terminal_reward or 0.0),
+    )  # fmt: skip

@@ -23,6 +23,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from envkit.trainers.metric_names import current_names
+
 # The curves docs/methods.md section 7 asks for, in plot order (keys absent from a run are skipped).
 PLOT_KEYS = (
     "reward_mean",
@@ -113,8 +115,8 @@ def _plain(value: Any) -> Any:
 
 
 def read_metrics(path: Path | str) -> list[dict[str, Any]]:
-    """All records of a metrics JSONL file."""
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+    """All records of a metrics JSONL file, old metric names read as today's (`envkit.trainers.metric_names`)."""
+    return [current_names(json.loads(line)) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
 def plot_metrics(path: Path | str, out: Path | str, keys: Sequence[str] = PLOT_KEYS, title: str = "") -> Path:

@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from envkit.core import Step, Trajectory, env_success, jsonable
+from envkit.errors import SessionLostError, SnapshotLostError, WorkerCrashedError
 from envkit.fleet.config import FleetConfig
+from envkit.lifetime import discard_many
 from envkit.recorder import EpisodeRecorder
 from envkit.registration import make
 from envkit.trainers.local.generation import sample
@@ -84,18 +86,20 @@ class Episode:
     context_truncated: bool = False
     action_truncated: int = 0
     seed: int | None = None
-    recorder: EpisodeRecorder | None = None  # with ``record=True``: the env steps and snapshots (SERO, branching)
+    recorder: EpisodeRecorder | None = None  # the env steps (`play_specs` always; snapshots with ``record=True``)
     icl: bool = False  # XRPO: the first prompt carries ICL demonstrations
     noisy: bool = False  # EDEN: the first turn had a perturbed extra input position
     in_loss: bool = True  # False: the explorer dropped this episode from the loss (EDEN's top-p selection)
     loss_prompt_ids: list[int] | None = None  # the prompt the loss sees, when not `prompt_ids` (XRPO clean)
     logprobs: list[float] = field(default_factory=list)  # sampling log-probs of the action tokens, when recorded
     infos: list[dict[str, Any]] = field(default_factory=list)  # JSON-able info of each of `states` (state keys)
+    lost: str = ""  # why the episode lost its env mid-way (a fleet actor or node lost): dropped from the update
+    retries: int = 0  # earlier tries of this episode that were lost (``agent.retries``)
 
     @property
     def initial_info(self) -> dict[str, Any]:
         """The JSON-able info where the recording starts (the reset's; a fork's: its start state's), from
-        `recorder`; empty when the episode was played without ``record=True``."""
+        `recorder`; empty for an episode not played by `play_specs`."""
         return self.recorder.initial_info if self.recorder is not None else {}
 
     @property
@@ -114,7 +118,7 @@ class Episode:
 
     @property
     def steps(self) -> tuple[Step, ...]:
-        """The recorded env steps (``record=True``; empty otherwise), each with the snapshot before it."""
+        """The recorded env steps, each with the snapshot before it (``record=True``; None otherwise)."""
         return self.recorder.steps if self.recorder is not None else ()
 
     @property
@@ -127,20 +131,24 @@ class Episode:
         return self.recorder.snapshots() if self.recorder is not None else []
 
     def trajectory(self, env_id: str) -> Trajectory:
-        """The episode as an `envkit.core.Trajectory` (needs ``record=True`` in `play`).
+        """The episode as an `envkit.core.Trajectory` (snapshots only with ``record=True`` in `play`).
 
         Raises:
-            ValueError: the episode was played without ``record=True``.
+            ValueError: the episode has no recorder (it was not played by `play_specs`).
         """
         if self.recorder is None:
-            raise ValueError(f"episode {self.group}/{self.index} recorded no steps: play it with record=True")
+            raise ValueError(f"episode {self.group}/{self.index} recorded no steps: play it with play_specs")
         return self.recorder.trajectory(env_id=env_id, task_id=str(self.seed), seed=self.seed, success=self.success)
 
 
 _ENV_CACHE: dict[str, list[Any]] = {}
 
+#: Errors that mean an episode's env is gone (its fleet actor or node was lost, its session released): the
+#: episode ends `lost` with the reason, and the step goes on without it (`play_specs`).
+LOST_ENV_ERRORS = (WorkerCrashedError, SessionLostError, SnapshotLostError)
 
-def _envs(env_id: str, n: int, fleet: FleetConfig | None = None) -> list[Any]:
+
+def shared_envs(env_id: str, n: int, fleet: FleetConfig | None = None) -> list[Any]:
     """The first `n` envs of this process's envs of `env_id` (on `fleet`'s actors when given), made on demand."""
     pool = _ENV_CACHE.setdefault(env_id if fleet is None else f"{env_id}@{fleet!r}", [])
     while len(pool) < n:
@@ -185,8 +193,9 @@ def play(
 ) -> list[Episode]:
     """Play `group_size` episodes of each task seed, batching one `generate` call per turn over live episodes.
 
-    With `record`, each episode also keeps its `envkit.core.Step`s with a snapshot of the state before every
-    action and of its final state (SERO's roots); the caller discards them in ``episode.env`` once the group is
+    Each episode keeps its `envkit.core.Step`s in ``episode.recorder`` (its final observation too, which the
+    step table needs); with `record`, each step also has a snapshot of the state before it, and the final
+    state one by the recorder's rule (SERO's roots); the caller discards them in ``episode.env`` once the group is
     credited (``envkit.lifetime.discard_many(e.env, e.snapshots())``; `envkit.trainers.local.sero.sero_credit` does).
     """
     specs = [EpisodeSpec(g, k, int(s)) for g, s in enumerate(seeds) for k in range(group_size)]
@@ -210,21 +219,67 @@ def play_specs(
     env_offset: int = 0,
     return_logprobs: bool = False,
     started: list[Episode] | None = None,
+    envs: list[Any] | None = None,
 ) -> list[Episode]:
-    """Play one episode per spec (see `play`); env instances ``env_offset ..`` of the env's pool are used, so
+    """Play one episode per spec (see `play`); env instances ``env_offset ..`` of the env's pool are used (or
+    `envs`, one per spec), so
     episodes played earlier in the same step keep theirs (SERO restores into them). With EDEN's first-turn rows
     every turn re-prefills the token context (no turn cache: later turns must not see the noise position).
     `started`: one episode per spec already under way in its own env (a branch restored from a snapshot,
     `envkit.trainers.local.explorers.branch`); they are played on from their context instead of reset, each until
-    `cfg.max_turns` actions in all."""
+    `cfg.max_turns` actions in all.
+
+    An episode whose env is lost mid-way (`LOST_ENV_ERRORS`: its fleet actor or node died) ends with
+    ``Episode.lost`` set to the reason; the others play on. Episodes from reset are then played again from reset,
+    in the same env objects (a fleet env reopens on a live actor), up to ``cfg.retries`` times; one still lost
+    is left for the caller to drop (`envkit.trainers.local.agent_source`)."""
+    kw: dict[str, Any] = dict(max_new_tokens=max_new_tokens, temperature=temperature, record=record)
+    kw["return_logprobs"] = return_logprobs
+    if envs is None and started is None:
+        envs = shared_envs(env_id, env_offset + len(specs), cfg.fleet)[env_offset:]
+    episodes = _play_round(model, tokenizer, env_id, specs, cfg, seed=seed, envs=envs or [], started=started, **kw)
+    for attempt in range(cfg.retries if started is None else 0):
+        lost = [i for i, e in enumerate(episodes) if e.lost]
+        if not lost:
+            break
+        again = _play_round(
+            model, tokenizer, env_id, [specs[i] for i in lost], cfg, seed=seed + 7919 * (attempt + 1),
+            envs=[episodes[i].env for i in lost], started=None, **kw,
+        )  # fmt: skip
+        for i, e in zip(lost, again, strict=True):
+            discard_many(episodes[i].env, episodes[i].snapshots())  # best effort: mostly gone with their actor
+            e.retries = episodes[i].retries + 1
+            episodes[i] = e
+    return episodes
+
+
+def _play_round(
+    model: PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    env_id: str,
+    specs: list[EpisodeSpec],
+    cfg: AgentConfig,
+    *,
+    max_new_tokens: int,
+    temperature: float,
+    seed: int,
+    record: bool,
+    return_logprobs: bool,
+    envs: list[Any],
+    started: list[Episode] | None,
+) -> list[Episode]:
+    """One try of `play_specs` (no retries)."""
     if cfg.max_turns is None:
         raise ValueError("play: agent.max_turns is None; resolve the settings with cfg.for_env(env_id) first")
     if started is not None and len(started) != len(specs):
         raise ValueError(f"play_specs: {len(started)} started episodes for {len(specs)} specs; give one per spec")
-    envs = _envs(env_id, env_offset + len(specs), cfg.fleet)[env_offset:] if started is None else []
     episodes = [] if started is None else list(started)
     for spec, env in zip(specs if started is None else [], envs, strict=True):
-        obs, info0 = env.reset(seed=int(spec.seed))
+        try:
+            obs, info0 = _reset(env, int(spec.seed))
+        except LOST_ENV_ERRORS as exc:
+            episodes.append(lost_episode(spec.group, spec.index, env, int(spec.seed), exc))
+            continue
         text = str(obs) if spec.prompt_text is None else spec.prompt_text
         ids = encode_prompt(tokenizer, text, raw=False, system=cfg.system)
         if len(ids) + max_new_tokens > cfg.max_context_tokens:
@@ -234,14 +289,15 @@ def play_specs(
             )
         ep = Episode(spec.group, spec.index, env, ids, list(ids), [], [], [str(obs)], [], [], [])
         ep.seed = int(spec.seed)
-        ep.recorder = EpisodeRecorder(obs, info0, snapshots=_has_snapshots(env)) if record else None
+        ep.recorder = EpisodeRecorder(obs, info0, snapshots=record and _has_snapshots(env))  # the episode's record
         ep.infos = [jsonable(info0)]
         ep.icl = spec.prompt_text is not None
         ep.noisy = spec.first_extra is not None
         episodes.append(ep)
-    for e in episodes if record and started is not None else []:  # a branch records from where it starts
-        if e.recorder is None:
-            e.recorder = EpisodeRecorder(e.states[-1], e.infos[-1] if e.infos else {}, snapshots=_has_snapshots(e.env))
+    for e in episodes if started is not None else []:  # a branch records from where it starts
+        if e.recorder is None and not e.lost:
+            snaps = record and _has_snapshots(e.env)
+            e.recorder = EpisodeRecorder(e.states[-1], e.infos[-1] if e.infos else {}, snapshots=snaps)
     temp_of = {id(e): temperature if sp.temperature is None else sp.temperature for e, sp in zip(episodes, specs)}
     extra_of = {id(e): sp.first_extra for e, sp in zip(episodes, specs)}
     noisy_start = any(x is not None for x in extra_of.values())
@@ -278,8 +334,12 @@ def play_specs(
             e.action_truncated += int(trunc)
             text = decode(tokenizer, act_ids).strip()
             rec = e.recorder
-            snap = e.env.snapshot() if rec is not None and rec.snapshots_on else None
-            obs, reward, terminated, truncated, info = e.env.step(text)
+            try:
+                snap = e.env.snapshot() if rec is not None and rec.snapshots_on else None
+                obs, reward, terminated, truncated, info = e.env.step(text)
+            except LOST_ENV_ERRORS as exc:
+                _lose(e, exc)
+                continue
             if rec is not None:
                 rec.step(snap, text, obs, reward, terminated, truncated, info)
             e.actions.append(text)
@@ -315,4 +375,37 @@ def _has_snapshots(env: Any) -> bool:
 def _stop(e: Episode) -> None:
     """End `e`'s record (with the final snapshot `envkit.recorder`'s rule asks for)."""
     if e.recorder is not None:
-        e.recorder.stop(e.env.snapshot() if e.recorder.wants_final_snapshot else None)
+        try:
+            final = e.env.snapshot() if e.recorder.wants_final_snapshot else None
+        except LOST_ENV_ERRORS as exc:
+            _lose(e, exc)
+            return
+        e.recorder.stop(final)
+
+
+def _reset(env: Any, seed: int) -> tuple[Any, dict[str, Any]]:
+    """`env.reset`; once more when its env was lost before the episode began (a fleet env reopens on a live
+    actor), so that only episodes under way are lost."""
+    try:
+        return env.reset(seed=seed)  # type: ignore[no-any-return]
+    except LOST_ENV_ERRORS:
+        return env.reset(seed=seed)  # type: ignore[no-any-return]
+
+
+def lost_episode(group: int, index: int, env: Any, seed: int | None, exc: BaseException, prefix: Any = ()) -> Episode:
+    """An episode that lost its env before it could start (`Episode.lost`: the reason); `prefix`: the actions it
+    shares with its parent (a branch), so that it counts no env step of its own."""
+    ep = Episode(group, index, env, [], [], [], [], [], list(prefix), [], [], done=True)
+    ep.seed, ep.lost = seed, _why(exc)
+    return ep
+
+
+def _why(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:500]
+
+
+def _lose(e: Episode, exc: BaseException) -> None:
+    """End `e` as lost (its env is gone): done, the reason kept, its record stopped as failed."""
+    e.done, e.lost = True, _why(exc)
+    if e.recorder is not None and not e.recorder.stopped:
+        e.recorder.stop(failed=e.lost)

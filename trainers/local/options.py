@@ -13,8 +13,8 @@ from typing import Literal
 from envkit.credit.advantage_options import AdvantageOptions
 from envkit.credit.defaults import TERMINAL_REWARD
 from envkit.credit.sero import widen_options
+from envkit.env_settings import LOCAL_NAMES, check_sero_estimator, resolve_env_settings
 from envkit.fleet.config import FleetConfig
-from envkit.registration import env_facts
 from envkit.trainers.sero_options import TrainerSeroOptions
 
 __all__ = ["AgentConfig", "LossConfig"]
@@ -59,6 +59,10 @@ class AgentConfig:
     fleet: FleetConfig | None = None
     """Play the episodes in envs of a Ray env fleet (`envkit.fleet`, docs/fleet.md) instead of this process; SERO's
     restores and branching's forks run on the actor holding the snapshot. The maths are the same."""
+    retries: int = 0
+    """Times an episode whose env was lost mid-way (its fleet actor or node died, its session was released) is
+    played again from reset in the same step; 0 (default): it is dropped from the update (its group credits the
+    others) and counted in the step's ``episodes_lost`` metric. Either way the step completes."""
     # --- speed ---
     reuse_kv_cache: bool = True
     """Keep each live episode's KV cache between turns (`envkit.trainers.local.turn_cache`), so a turn feeds only the
@@ -67,13 +71,11 @@ class AgentConfig:
     def __post_init__(self) -> None:
         if (self.max_turns is not None and self.max_turns < 1) or self.max_context_tokens < 8:
             raise ValueError("AgentConfig: max_turns must be >= 1 and max_context_tokens >= 8")
+        if self.retries < 0:
+            raise ValueError(f"AgentConfig: retries must be >= 0 (0: lost episodes are dropped), got {self.retries}")
         if self.sero_rows not in ("credit", "supervised"):
             raise ValueError(f"AgentConfig: sero_rows must be 'credit' or 'supervised', got {self.sero_rows!r}")
-        if self.sero and self.estimator != "graphgpo":
-            raise ValueError(
-                f"AgentConfig: SERO credits oracle continuations through the GraphGPO graph (docs/methods.md section 4); "
-                f"set agent.estimator='graphgpo' (got {self.estimator!r}) or agent.sero=False"
-            )
+        check_sero_estimator(self.sero, self.estimator, LOCAL_NAMES)
         if self.adv.terminal_reward is None:
             raise ValueError(
                 "AgentConfig: the local trainer rewards success only (terminal_reward * success on the last step); "
@@ -82,27 +84,24 @@ class AgentConfig:
         object.__setattr__(self, "sero_opts", widen_options(self.sero_opts, TrainerSeroOptions, "agent.sero_opts"))
 
     def for_env(self, env_id: str) -> AgentConfig:
-        """These settings with the env's registered facts filled in (`envkit.registration.EnvEntry`): ``max_turns``
-        (None: the env's horizon with SERO on, else 8), ``adv.gamma_g`` (None: the env's) and SERO's root
-        budget (``sero_opts.min_budget`` None: the env's, `SeroOptions.root_budget_for`).
+        """These settings with the env's registered facts filled in by the shared resolver
+        (`envkit.env_settings.resolve_env_settings`, also OpenRLHF's and the oracle pipeline's): ``max_turns``
+        (None: the env's horizon with SERO on, else 8), ``adv.gamma_g`` (None: the env's) and SERO's root budget
+        (``sero_opts.min_budget`` None: the env's). The trainer calls it once (`TrainConfig`).
 
         Raises:
             ValueError: SERO is on and ``max_turns`` leaves no state with the root budget.
         """
-        facts = env_facts(env_id)
-        turns = self.max_turns if self.max_turns is not None else (facts.horizon if self.sero else 8)
-        adv = self.adv if self.adv.gamma_g is not None else dataclasses.replace(self.adv, gamma_g=facts.gamma_g)
-        need = self.sero_opts.root_budget_for(env_id)
-        if self.sero and turns < need:
-            raise ValueError(
-                f"AgentConfig: SERO roots need {need} steps of budget left (the root budget of {env_id}"
-                f"{'' if self.sero_opts.min_budget is not None else ': EnvEntry.min_root_budget'}), but "
-                f"agent.max_turns={turns} leaves none: no state could be rescued. Set agent.max_turns to at least "
-                f"{need} (the env's horizon is {facts.horizon}: leave agent.max_turns unset to use it) or "
-                f"lower agent.sero_opts.min_budget"
-            )
-        opts = dataclasses.replace(self.sero_opts, min_budget=need)
-        return dataclasses.replace(self, max_turns=turns, adv=adv, sero_opts=opts)
+        s = resolve_env_settings(
+            env_id, names=LOCAL_NAMES, horizon=self.max_turns, root_budget=self.sero_opts.min_budget,
+            gamma_g=self.adv.gamma_g, sero=self.sero, estimator=self.estimator, unset_horizon=8,
+        )  # fmt: skip
+        return dataclasses.replace(
+            self,
+            max_turns=s.horizon,
+            adv=dataclasses.replace(self.adv, gamma_g=s.gamma_g),
+            sero_opts=dataclasses.replace(self.sero_opts, min_budget=s.root_budget),
+        )
 
 
 @dataclass(frozen=True)

@@ -36,10 +36,9 @@ import torch
 
 from envkit.credit.sero import RootRounds
 from envkit.credit.sero_advantages import Rescue, SeroAdvantages, sero_advantages
-from envkit.credit.state_keys import resolve_state_key
 from envkit.lifetime import discard_many
 from envkit.oracles.continuation import ContinuationOutcome, continue_from_root, job_for
-from envkit.trainers.local.episode_steps import step_table
+from envkit.trainers.local.episode_steps import episodes_state_key, step_table
 from envkit.trainers.local.multi_turn import AgentConfig, Episode, continuation_ids
 from envkit.trainers.local.prompt_encoding import encode_text
 from envkit.trainers.local.shared_prefix import response_logits
@@ -91,8 +90,8 @@ def sero_credit(
         raise ValueError("sero_credit: agent.max_turns is None; resolve the settings with cfg.for_env(env_id) first")
     opts = cfg.sero_opts
     scfg = opts.resolve(
-        horizon=cfg.max_turns, env_id=env_id,
-        gamma_g=cfg.adv.graphgpo_kwargs()["gamma_g"], terminal_reward=float(cfg.adv.terminal_reward or 0.0),
+        horizon=cfg.max_turns, gamma_g=cfg.adv.graphgpo_kwargs()["gamma_g"],
+        terminal_reward=float(cfg.adv.terminal_reward or 0.0),
     )  # fmt: skip
     budget = opts.max_oracle_rows(len(episodes))
     counts = dict.fromkeys(
@@ -103,24 +102,23 @@ def sero_credit(
         eps = sorted((e for e in episodes if e.group == g), key=lambda e: e.index)
         trajs = [e.trajectory(env_id) for e in eps]
         picker = RootRounds(trajs, g, scfg)  # a root the oracle proves dead is replaced by the next candidate
-        while roots := picker.pick():
-            for root in roots:
-                if len(found) >= budget:
-                    counts["capped"] += 1
-                    continue
-                out = continue_from_root(
-                    eps[root.trajectory].env, job_for(root, trajs[root.trajectory], env_id, cfg.max_turns)
-                )
-                picker.settle(dead=out.dead_end, root=root)
-                if out.dead_end:  # restored, checked, never continued: counted apart from the tried roots
-                    counts["dead"] += 1
-                    continue
-                counts["tried"] += 1
-                counts["restored"] += int(bool(out.restored_by))
-                counts["native"] += int(out.restored_by == "native")
-                counts["diverged"] += int(out.diverged)
-                if out.success and out.steps:
-                    found.append((eps[root.trajectory], out))
+        for root in picker.roots():  # round after round (`envkit.credit.sero.root_rounds`, the one loop)
+            if len(found) >= budget:
+                counts["capped"] += 1
+                continue
+            out = continue_from_root(
+                eps[root.trajectory].env, job_for(root, trajs[root.trajectory], env_id, cfg.max_turns)
+            )
+            picker.settle(dead=out.dead_end, root=root)
+            if out.dead_end:  # restored, checked, never continued: counted apart from the tried roots
+                counts["dead"] += 1
+                continue
+            counts["tried"] += 1
+            counts["restored"] += int(bool(out.restored_by))
+            counts["native"] += int(out.restored_by == "native")
+            counts["diverged"] += int(out.diverged)
+            if out.success and out.steps:
+                found.append((eps[root.trajectory], out))
         counts["succeeded"] += sum(1 for e, _ in found if e.group == g)
         counts["discarded"] += sum(discard_many(e.env, e.snapshots()) for e in eps)
     rows: list[OracleRow] = []
@@ -161,10 +159,9 @@ def episode_credit(
 ) -> SeroAdvantages:
     """`envkit.credit.sero_advantages.sero_advantages` of a step: the plain GraphGPO table of its episodes
     (`episode_steps.step_table`, in episode order) and one `Rescue` per (episode, successful continuation, l_j).
-    States are anchors under ``adv.state_key`` (unset: the env's exact key when every policy and oracle state
-    has one); a rescue's follow the episode's path through its root (`Rescue.from_path`)."""
-    path_infos = [s.info for e, out in rescued for s in (*e.steps[: out.root.t], *out.steps)]
-    kind = resolve_state_key(cfg.adv.state_key, [*(i for e in episodes for i in e.infos), *path_infos])
+    States are anchors under `episodes_state_key` (the one rule: unset, the env's exact key when every policy
+    and oracle state has one); a rescue's follow the episode's path through its root (`Rescue.from_path`)."""
+    kind = episodes_state_key(episodes, cfg, [s.info for _, out in rescued for s in out.steps])
     rescues = [
         Rescue.from_path(
             kind, (e.states[0], e.infos[0] if e.infos else {}), e.steps[: out.root.t], out.steps, group=e.group,

@@ -17,7 +17,7 @@ OpenRLHF's ``batch x n`` arithmetic holds). In the vLLM rollout actor:
    that took it, one fork per env at a time, else in a leased env of the pool, all at once; the restored
    observation must be the one the backbone saw (else it raises, as the local driver's `fork` does) and the
    rebuilt anchors must match the backbone's turn; the engine then finishes the fork from the backbone's token
-   prefix (`GymAgentExecutor._episode` with a `ForkStart`);
+   prefix (`GymAgentExecutor.play_episode` with a `ForkStart`);
 4. a fork's row: tokens = the backbone's up to the fork turn, then its own; ``action_ranges`` = its own turns only
    (the shared prefix is trained once, on the backbone's row); its record's turns = the backbone's prefix turns
    (the estimator credits the fork as a full episode) then its own; ``record.extra["branch"]`` = the tree
@@ -44,7 +44,7 @@ from envkit.trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from envkit.trainers.openrlhf.gym_executor import GymAgentExecutor
+    from envkit.trainers.openrlhf.executor_contract import GroupExecutor
 
 __all__ = ["ForkStart", "branch_group", "fork_slot", "plan_forks"]
 
@@ -121,7 +121,7 @@ def fork_start(episode: Any, record: RolloutRecord, response: dict, turn: int, o
 
 
 async def branch_group(
-    executor: GymAgentExecutor,
+    executor: GroupExecutor,
     responses: list[dict],
     episodes: list[Any],
     actor: Any,
@@ -154,7 +154,7 @@ async def branch_group(
         params = deepcopy(sampling_params)
         if spec.temperature is not None:
             params.temperature = spec.temperature
-        row = await executor._episode(
+        row = await executor.play_episode(
             env, ep.task, responses[i]["prompt"], responses[i]["label"], params, max_length, tokenizer,
             SpecEngine(actor, spec), fork=start,
         )  # fmt: skip

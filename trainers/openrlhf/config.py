@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -25,7 +26,8 @@ import tyro
 
 from envkit.config_io import from_data
 from envkit.credit.advantage_options import AdvantageOptions
-from envkit.credit.sero import widen_options
+from envkit.credit.sero import SeroConfig, widen_options
+from envkit.env_settings import OPENRLHF_NAMES, EnvSettings, resolve_env_settings
 from envkit.fleet.config import FleetConfig
 from envkit.runtime.command_line import id_list, json_object
 from envkit.trainers.explorers.branch import BranchConfig
@@ -39,22 +41,8 @@ CONFIG_ENV = "ENVKIT_OPENRLHF_CONFIG"
 EXPLORERS = ("none", "eden", "xrpo", "branch")
 ADVANTAGES = ("grpo", "gigpo", "graphgpo")
 Explorer = Literal["none", "eden", "xrpo", "branch"]
+ExplorerConfig = EdenConfig | XrpoConfig | BranchConfig
 Advantage = Literal["grpo", "gigpo", "graphgpo"]
-
-
-@dataclass(frozen=True)
-class OpenRLHFSeroOptions(TrainerSeroOptions):
-    """The trainers' SERO options plus what only the OpenRLHF backend reads (``--sero-opts.*``)."""
-
-    # --- how far a continuation may run ---
-    oracle_max_steps: int = 30
-    """Step budget of one oracle continuation where the run sets no turn cap (no ``--max-turns``); with one,
-    the run's turn cap is the budget."""
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        if self.oracle_max_steps < 1:
-            raise ValueError(f"--sero-opts.oracle-max-steps must be >= 1, got {self.oracle_max_steps}")
 
 
 @dataclass(frozen=True)
@@ -80,7 +68,10 @@ class BackendConfig:
     envkit_webshop``) instead of building them in the rollout actor; SERO's restores and branching's forks run on
     the actor holding the snapshot. None: envs in the rollout actor."""
     max_turns: int = 0
-    """Policy turns per episode (0: only the env's own step limit)."""
+    """Policy turns per episode, also SERO's episode budget (a continuation from turn t gets ``max_turns - t``). 0:
+    with ``--sero`` the env's ``EnvEntry.horizon`` (as in ``envkit-train local`` and ``envkit-oracle rollout``),
+    else no cap of its own (only the env's step limit). Resolved once with ``--adv.gamma-g`` and
+    ``--sero-opts.min-budget`` from ``--env``'s registry entry (`envkit.env_settings`)."""
     feedback_template: str = "\n{obs}\n"
     """How an env observation is appended after an action (``{obs}`` is replaced)."""
     # --- run size (OpenRLHF's flags after --, read not set) ---
@@ -93,10 +84,10 @@ class BackendConfig:
     """Seed of the planners (EDEN anchors and noise, XRPO tie-breaks)."""
     # --- method settings (an explorer's None: sized to the run) ---
     adv: AdvantageOptions = field(default_factory=AdvantageOptions)
-    """Advantage options."""
-    sero_opts: OpenRLHFSeroOptions = field(default_factory=OpenRLHFSeroOptions)
-    """SERO options (`OpenRLHFSeroOptions`; ``sero_opts.oracle_max_steps`` is the continuation budget without
-    --max-turns; a plain `SeroOptions` gets this backend's defaults)."""
+    """Advantage options (``gamma_g`` None: ``--env``'s ``EnvEntry.gamma_g``, as in the local trainer)."""
+    sero_opts: TrainerSeroOptions = field(default_factory=TrainerSeroOptions)
+    """SERO options (`TrainerSeroOptions`, the local trainer's; a plain `SeroOptions` gets the trainers' defaults).
+    ``min_budget`` None: ``--env``'s ``EnvEntry.min_root_budget``."""
     eden: EdenConfig | None = None
     """EDEN settings (None: `EdenConfig`'s defaults sized to the run: n_noisy = a quarter of n_samples_per_prompt). The
     group (standard + noisy) is the run's n_samples_per_prompt (EdenConfig has no group size); the bank is given
@@ -123,6 +114,10 @@ class BackendConfig:
     verify_weights: bool = True
     """After every weight broadcast, compare a checksum of every actor tensor with the engines' copy (in the synced
     dtype) and stop the run when one differs (`envkit.trainers.openrlhf.weight_check`)."""
+    credit_log: bool = False
+    """Write one group's credit per step, as it reached the loss, to ``envkit_credit.jsonl`` in ``--ckpt.output_dir``
+    (`envkit.trainers.openrlhf.credit_log`); ``python scripts/openrlhf_credit_check.py FILE`` recomputes it with the
+    local trainer's credit and compares value by value."""
 
     def __post_init__(self) -> None:
         if self.explorer not in EXPLORERS:
@@ -137,27 +132,11 @@ class BackendConfig:
         if self.rollout_batch_size < 1:
             raise ValueError(f"--rollout.batch_size {self.rollout_batch_size}: must be >= 1")
         if self.max_turns < 0:
-            raise ValueError(f"--max-turns {self.max_turns}: must be >= 0 (0 = the env's own limit)")
+            raise ValueError(f"--max-turns {self.max_turns}: must be >= 0 (0: unset, see --max-turns' help)")
         if "{obs}" not in self.feedback_template:
             raise ValueError(f"--feedback-template {self.feedback_template!r} must contain '{{obs}}'")
-        if self.sero and self.advantage != "graphgpo":
-            raise ValueError(
-                f"--sero credits oracle continuations through the GraphGPO graph (docs/methods.md, SERO): pass "
-                f"--advantage graphgpo (got {self.advantage!r}) or drop --sero"
-            )
-        object.__setattr__(self, "sero_opts", widen_options(self.sero_opts, OpenRLHFSeroOptions, "--sero-opts"))
-        if self.sero and self.max_turns and self.env_id:
-            from envkit.registration import env_facts
-
-            need = self.sero_opts.root_budget_for(self.env_id)
-            if self.max_turns < need:
-                raise ValueError(
-                    f"--max-turns {self.max_turns} leaves no SERO root: a root needs {need} steps of budget left "
-                    f"({self.env_id}'s min_root_budget unless --sero-opts.min-budget is set); set --max-turns to at "
-                    f"least {need} (the env's horizon is {env_facts(self.env_id).horizon}) or 0 (the env's own limit)"
-                )
-        if self.explorer == "branch":
-            self.branch_config()  # refuses a row count other than n, or what this backend cannot do
+        object.__setattr__(self, "sero_opts", widen_options(self.sero_opts, TrainerSeroOptions, "--sero-opts"))
+        self._resolve_env_settings()
         anchors = tuple(int(t) for t in self.eden_anchors)
         if self.eden_bank and not anchors:
             from envkit.trainers.explorers.anchors import AnchorBank
@@ -172,13 +151,53 @@ class BackendConfig:
                     "--explorer eden needs an anchor bank: pass --eden-bank PATH (an AnchorBank .npz written by "
                     "envkit.trainers.explorers.anchors.AnchorBank.save) or --eden-anchors ID,ID,... (token ids)"
                 )
-            ecfg = self.eden_config()
+            ecfg = self._eden_config()
             ecfg.n_standard(self.n_samples_per_prompt)  # the group (standard + noisy) is the per-prompt budget
             if ecfg.ablation == "no_anchor":
                 raise ValueError(
                     "--eden.ablation no_anchor is not available on the OpenRLHF backend (its engines build noisy "
                     "rows from anchor tokens); run that ablation with the local trainer"
                 )
+        builds = {"eden": self._eden_config, "xrpo": self._xrpo_config, "branch": self._branch_config}
+        if self.explorer in builds:  # sized to the run and checked once; `eden_config` & co. read it
+            object.__setattr__(self, "_explorer_config", builds[self.explorer]())
+
+    def _resolve_env_settings(self) -> None:
+        """``--env``'s per-env values, filled and checked once by the resolver the local trainer and the oracle
+        pipeline share (`envkit.env_settings.resolve_env_settings`); the options stay as the user gave them (they
+        travel to the workers as given and resolve there to the same values)."""
+        s = resolve_env_settings(
+            self.env_id, names=OPENRLHF_NAMES, horizon=self.max_turns or None,
+            root_budget=self.sero_opts.min_budget, gamma_g=self.adv.gamma_g, sero=self.sero,
+            estimator=self.advantage, unset_horizon=None,
+        )  # fmt: skip
+        adv = dataclasses.replace(self.adv, gamma_g=s.gamma_g)
+        sero = dataclasses.replace(self.sero_opts, min_budget=s.root_budget).resolve(
+            horizon=s.horizon or 1, gamma_g=s.gamma_g, terminal_reward=float(adv.terminal_reward or 0.0)
+        )  # the root-selection settings (horizon 1 where there is no turn cap: SERO is then off)
+        object.__setattr__(self, "_resolved", (s, adv, sero))
+
+    # ----- the run's resolved values (`_resolve_env_settings`) -------------------------------------------------
+    @property
+    def settings(self) -> EnvSettings:
+        """``--env``'s resolved values: turn cap (``horizon``; None: no cap of this backend's own), a SERO root's
+        budget and GraphGPO's gamma_g."""
+        return self.__dict__["_resolved"][0]  # type: ignore[no-any-return]
+
+    @property
+    def turn_cap(self) -> int | None:
+        """Policy turns per episode (``--max-turns``, with ``--sero`` unset: the env's horizon; None: no cap)."""
+        return self.settings.horizon
+
+    @property
+    def credit_options(self) -> AdvantageOptions:
+        """``adv`` with ``gamma_g`` resolved (unset: the env's): what the credit reads."""
+        return self.__dict__["_resolved"][1]  # type: ignore[no-any-return]
+
+    @property
+    def sero_config(self) -> SeroConfig:
+        """SERO's resolved settings (`SeroConfig`: the run's turn cap as horizon, root budget, gamma_g)."""
+        return self.__dict__["_resolved"][2]  # type: ignore[no-any-return]
 
     # ----- serialisation ------------------------------------------------------------------------------------
     def to_json(self) -> str:
@@ -218,16 +237,38 @@ class BackendConfig:
         return dataclasses.replace(default, n0=min(default.n0, self.n_samples_per_prompt))
 
     def eden_config(self) -> EdenConfig:
-        """The run's `EdenConfig`: ``eden``, else `sized_eden`."""
-        return self.eden if self.eden is not None else self.sized_eden()
+        """The run's `EdenConfig`: ``eden``, else `sized_eden` (resolved once when EDEN is the explorer)."""
+        return self._chosen("eden", self._eden_config)  # type: ignore[return-value]
 
     def xrpo_config(self) -> XrpoConfig:
-        """The run's `XrpoConfig`: ``xrpo``, else `sized_xrpo`.
+        """The run's `XrpoConfig`: ``xrpo``, else `sized_xrpo` (resolved and checked once when XRPO is the
+        explorer).
 
         Raises:
             ValueError: it does not fit n_samples_per_prompt (`XrpoConfig.check_group`), or it asks for what only
                 the local trainer does.
         """
+        return self._chosen("xrpo", self._xrpo_config)  # type: ignore[return-value]
+
+    def branch_config(self) -> BranchConfig:
+        """The run's `BranchConfig`: ``branch``, else `sized_branch` (resolved and checked once when branching
+        is the explorer).
+
+        Raises:
+            ValueError: backbones + points x branches differs from n_samples_per_prompt, no ``--max-turns``, SERO
+                on, or ``--branch.reserve backbone`` (this backend does not size forks by the budget).
+        """
+        return self._chosen("branch", self._branch_config)  # type: ignore[return-value]
+
+    def _chosen(self, name: str, build: Callable[[], ExplorerConfig]) -> ExplorerConfig:
+        """The explorer config `name`: the one resolved in `__post_init__` when it is the run's explorer, else
+        built now (a caller asking for another explorer's config, e.g. a test)."""
+        return self.__dict__["_explorer_config"] if self.explorer == name else build()
+
+    def _eden_config(self) -> EdenConfig:
+        return self.eden if self.eden is not None else self.sized_eden()
+
+    def _xrpo_config(self) -> XrpoConfig:
         cfg = self.xrpo if self.xrpo is not None else self.sized_xrpo()
         cfg.check_group(self.n_samples_per_prompt)  # XRPO spends the run's per-prompt budget n
         if cfg.icl_loss_prompt != "augmented":
@@ -246,13 +287,7 @@ class BackendConfig:
         k = 2 if forks % 2 == 0 else 1
         return BranchConfig(points=max(forks // k, 1), branches=k, backbones=backbones)
 
-    def branch_config(self) -> BranchConfig:
-        """The run's `BranchConfig`: ``branch``, else `sized_branch`.
-
-        Raises:
-            ValueError: backbones + points x branches differs from n_samples_per_prompt, no ``--max-turns``, SERO
-                on, or ``--branch.reserve backbone`` (this backend does not size forks by the budget).
-        """
+    def _branch_config(self) -> BranchConfig:
         cfg = self.branch if self.branch is not None else self.sized_branch()
         n = self.n_samples_per_prompt
         if self.sero:

@@ -252,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         cpu_shim.activate()  # before openrlhf is imported (flash_attn stub), also for --dry-run
     if cmd.dry_run:
         args = resolve_openrlhf_args(flags)
-        out = {"envkit": json.loads(cmd.backend.to_json()), "openrlhf": _plain(args), "argv": flags}
+        out = {"envkit": json.loads(cmd.backend.to_json()), "envkit_env_settings": dataclasses.asdict(cmd.backend.settings),
+               "openrlhf": _plain(args), "argv": flags}  # fmt: skip
         print(json.dumps(out, indent=1))
         return 0
     run(cmd.backend, flags)

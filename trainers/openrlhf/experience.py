@@ -29,6 +29,13 @@ from openrlhf.trainer.ppo_utils.experience_maker import RemoteExperienceMaker
 from openrlhf.trainer.ppo_utils.length_penalty import apply_length_penalties
 
 from envkit.trainers.openrlhf.config import BackendConfig
+from envkit.trainers.openrlhf.credit_log import (
+    TokenValues,
+    credit_entry,
+    pick_group,
+    turn_token_values,
+    write_credit_log,
+)
 from envkit.trainers.openrlhf.rollout_records import INFO_KEY, RolloutRecord
 from envkit.trainers.openrlhf.turn_advantages import SampleRow, TurnAdvantages, compute_turn_advantages
 
@@ -153,6 +160,9 @@ class EnvkitExperienceMaker(RemoteExperienceMaker):
         clip = tuple(args.reward.clip_range) if args.reward.clip_range else None
         group_std = _group_reward_std(rows, self.config.n_samples_per_prompt)
 
+        groups = [r.group(self.config.n_samples_per_prompt) for r in rows]
+        logged = pick_group(rows, groups) if self.config.credit_log else None
+        tokens: dict[int, TokenValues] = {}
         per_exp: dict[int, list[int]] = {}
         for r_i, (e_i, _) in enumerate(where):
             per_exp.setdefault(e_i, []).append(r_i)
@@ -175,6 +185,8 @@ class EnvkitExperienceMaker(RemoteExperienceMaker):
                 if not result.keep[r_i]:
                     new_mask[b] = 0
                     adv = torch.zeros_like(adv)
+                if logged is not None and groups[r_i] == logged and row.turns:
+                    tokens[r_i] = turn_token_values(row, adv, kl_b, kl_coef, mask_b)
                 advs.append(adv)
                 rets.append(ret)
             exp.advantages = torch.stack(advs).to(exp.action_mask.device)
@@ -187,6 +199,12 @@ class EnvkitExperienceMaker(RemoteExperienceMaker):
             for key, value in result.stats.items():
                 exp.info[f"envkit/{key}"] = torch.full((len(advs),), float(value))
             exp.kl = None
+        out_dir = getattr(getattr(args, "ckpt", None), "output_dir", None)
+        if logged is not None and out_dir:
+            entry = credit_entry(
+                self.config, self.step, rows, groups, logged, result.per_turn, result.weights, result.keep, tokens
+            )
+            write_credit_log(out_dir, entry)
         return experiences
 
 

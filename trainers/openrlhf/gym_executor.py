@@ -26,11 +26,9 @@ import contextlib
 import dataclasses
 import hashlib
 import itertools
-import json
 import math
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from copy import deepcopy
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
@@ -41,54 +39,11 @@ from envkit.credit.state_keys import AnchorTracker
 from envkit.lifetime import discard_many
 from envkit.recorder import EpisodeRecorder
 from envkit.trainers.openrlhf.config import BackendConfig
+from envkit.trainers.openrlhf.executor_contract import RolloutTask
 from envkit.trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord, RolloutSpec, Turn
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
-
-
-@dataclass(frozen=True)
-class RolloutTask:
-    """One episode's env and reset arguments, parsed from a dataset label."""
-
-    env_id: str
-    seed: int | None = None
-    options: dict[str, Any] = field(default_factory=dict)
-    kwargs: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def from_label(cls, label: Any, config: BackendConfig) -> RolloutTask:
-        """Parse a label (JSON object, integer seed, or None) with the config's defaults.
-
-        Raises:
-            ValueError: the label cannot be read or no env id is known.
-        """
-        data: Any = label
-        if isinstance(label, str):
-            text = label.strip()
-            try:
-                data = json.loads(text) if text else {}
-            except json.JSONDecodeError as exc:
-                raise ValueError(
-                    f"task label {label!r} is neither JSON nor an integer seed; write labels as "
-                    '\'{"seed": 3, "options": {...}}\' (and "env": "envkit/<Id>" unless --env is given)'
-                ) from exc
-        if data is None:
-            data = {}
-        if isinstance(data, int) and not isinstance(data, bool):
-            data = {"seed": data}
-        if not isinstance(data, Mapping):
-            raise ValueError(f"task label {label!r}: expected a JSON object or an integer seed")
-        env_id = data.get("env") or config.env_id
-        if not env_id:
-            raise ValueError(f"task label {label!r} names no env and --env was not given")
-        kwargs = {**config.env_kwargs, **dict(data.get("kwargs", {}))}
-        seed = data.get("seed")
-        return cls(str(env_id), None if seed is None else int(seed), dict(data.get("options", {})), kwargs)
-
-    @property
-    def env_key(self) -> str:
-        return json.dumps([self.env_id, self.kwargs], sort_keys=True, default=str)
 
 
 def render_prompt(prompt: str, observation: str) -> str:
@@ -169,9 +124,11 @@ class GymAgentExecutor(AgentExecutorBase):
 
             return fork_slot(prompt, label)
         async with self.lease(task) as env:
-            return await self._episode(env, task, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine)
+            return await self.play_episode(
+                env, task, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine
+            )
 
-    async def _episode(
+    async def play_episode(
         self,
         env: gym.Env[Any, Any],
         task: RolloutTask,
@@ -217,7 +174,7 @@ class GymAgentExecutor(AgentExecutorBase):
             if budget <= 0:
                 truncated, reason = True, "context"
                 break
-            if self.config.max_turns and len(turns) >= self.config.max_turns:
+            if self.config.turn_cap and len(turns) >= self.config.turn_cap:  # resolved: --sero fills the env's
                 truncated, reason = True, "max_turns"
                 break
             params = deepcopy(sampling_params)

@@ -42,7 +42,7 @@ from envkit.trainers.sero_splice import splice_oracle_steps
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from envkit.trainers.openrlhf.gym_executor import GymAgentExecutor
+    from envkit.trainers.openrlhf.executor_contract import GroupExecutor
 
 
 @dataclass
@@ -82,7 +82,7 @@ def _tokenize(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
 
 
 async def sero_group(
-    executor: GymAgentExecutor,
+    executor: GroupExecutor,
     responses: list[dict],
     episodes: list[SeroEpisode | None],
     actor: Any,
@@ -99,14 +99,14 @@ async def sero_group(
     records = [RolloutRecord.from_dict(r[RESPONSE_KEY]) for r in responses]
     if any(e is None for e in episodes) or not records:
         return responses
-    horizon = cfg.max_turns or opts.oracle_max_steps
+    scfg = cfg.sero_config  # resolved once from --env (envkit.env_settings): the turn cap is SERO's horizon
+    horizon = scfg.horizon
     trajs = [e.trajectory(rec.success) for e, rec in zip(episodes, records)]  # type: ignore[union-attr]
-    scfg = opts.resolve(horizon=horizon, env_id=trajs[0].env_id)
-    cap = min(opts.roots_per_group, int(np.floor(opts.max_oracle_share * len(responses))))
+    cap = min(opts.roots_per_group, opts.max_oracle_rows(len(responses), replace=True))
     out = list(responses)
     used: set[int] = set()
     picker = RootRounds(trajs, 0, scfg)  # a root the oracle proves dead is replaced by the next candidate
-    for root in (r for roots in iter(picker.pick, []) for r in roots):
+    for root in picker.roots():  # round after round (`envkit.credit.sero.root_rounds`, the one loop)
         if len(used) >= cap or root.trajectory in used:
             continue
         task = episodes[root.trajectory].task  # type: ignore[union-attr]

@@ -2,9 +2,9 @@
 `envkit.credit.sero_advantages.sero_advantages`, the function the local trainer and ``envkit-oracle rollout`` call.
 
 Each row's policy episode is ``record.policy_turns()`` (an oracle row: the failed rollout's turns before the root,
-then its ``policy_suffix``), in the same table plain GraphGPO builds (`turn_advantages._step_table`); each oracle
+then its ``policy_suffix``), in the same table plain GraphGPO builds (`turn_paths.turn_table`); each oracle
 row adds one `Rescue` (its ``Turn.oracle`` turns with their l_j; states: their anchors under the table's state
-key, `turn_advantages.turns_state_key`). Back come, per row and turn, the advantage (policy
+key, `turn_paths.turns_state_key`). Back come, per row and turn, the advantage (policy
 turns: their policy credit; oracle turns: the success's credit) and the loss weight (oracle turns: the reachability
 weight, `envkit.credit.reachability.ReachConfig.weights`; policy turns 1).
 """
@@ -17,17 +17,18 @@ import numpy as np
 
 from envkit.credit.sero_advantages import Rescue, sero_advantages
 from envkit.trainers.openrlhf.config import BackendConfig
+from envkit.trainers.openrlhf.turn_paths import SampleRow, turn_anchor, turn_table, turns_state_key
+
+__all__ = ["sero_turn_advantages"]
 
 
 def sero_turn_advantages(
-    rows: Sequence[object], groups: list[Hashable], cfg: BackendConfig
+    rows: Sequence[SampleRow], groups: list[Hashable], cfg: BackendConfig
 ) -> tuple[list[np.ndarray], list[np.ndarray], dict[str, float]]:
     """(per-turn advantages, per-turn weights, SERO diagnostics) of a batch of `SampleRow`s (GraphGPO + SERO)."""
-    from envkit.trainers.openrlhf.turn_advantages import SampleRow, _step_table, turn_anchor, turns_state_key
-
-    batch: list[SampleRow] = list(rows)  # type: ignore[arg-type]
-    table, owner = _step_table(batch, groups, cfg, policy_only=True)
-    kind = turns_state_key(batch, cfg)  # the oracle turns' nodes: their anchors under the table's key
+    batch = list(rows)
+    table, owner = turn_table(batch, groups, cfg, policy_only=True)
+    kind = turns_state_key(batch, cfg, policy_only=True)  # the oracle turns' nodes: anchors under the table's key
     rescues: list[Rescue] = []
     where: list[tuple[int, list[int]]] = []
     for i, row in enumerate(batch):
@@ -49,7 +50,7 @@ def sero_turn_advantages(
             )
         )  # fmt: skip
         where.append((i, js))
-    res = sero_advantages(table, rescues, cfg.adv, cfg.sero_opts)
+    res = sero_advantages(table, rescues, cfg.credit_options, cfg.sero_opts)
     per_turn = [np.zeros(max(len(r.turns), 1)) for r in batch]
     weights = [np.ones(max(len(r.turns), 1)) for r in batch]
     for r, (i, j) in enumerate(owner):

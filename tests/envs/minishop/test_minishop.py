@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 import envkit
-from envkit.envs.minishop.env import MiniShopEnv
-from envkit.envs.minishop.tasks import ATTRIBUTES, HELDOUT_ATTRIBUTES, SPLIT_SIZES, make_tasks, vocabulary
+from envkit.envs.minishop.env import MiniShopEnv, vocabulary
+from envkit.envs.minishop.tasks import ATTRIBUTES, HELDOUT_ATTRIBUTES, SPLIT_SIZES, make_tasks
 from envkit.errors import EnvkitError, InvalidActionError
 from envkit.oracles.base import make_oracle, run_oracle
 from envkit.oracles.minishop import steps_to_win

@@ -13,7 +13,7 @@ pytest.importorskip("bm25s")
 
 from envkit.envs.webshop.catalog import build_catalog, load_catalog
 from envkit.envs.webshop.generated import generate_raw
-from envkit.envs.webshop.reward import get_reward
+from envkit.envs.webshop.scoring import get_reward
 from envkit.envs.webshop.search import engine_for
 from envkit.errors import DataNotFoundError
 

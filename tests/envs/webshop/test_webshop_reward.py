@@ -11,8 +11,9 @@ import pytest
 pytest.importorskip("rapidfuzz")
 
 from envkit.envs.webshop.products import Product, WebShopGoal
-from envkit.envs.webshop.reward import get_reward, normalize_color, token_set_ratio, type_reward
+from envkit.envs.webshop.reward import normalize_color, token_set_ratio, type_reward
 from envkit.envs.webshop.reward_legacy import title_nouns
+from envkit.envs.webshop.scoring import get_reward
 
 
 def _tagger() -> None:

@@ -21,7 +21,8 @@ pytest.importorskip("rapidfuzz")
 from envkit.envs.webshop.catalog import load_catalog
 from envkit.envs.webshop.nouns import shipped_nouns, spacy_nouns
 from envkit.envs.webshop.products import Product, WebShopGoal
-from envkit.envs.webshop.reward import get_reward, token_set_ratio
+from envkit.envs.webshop.reward import token_set_ratio
+from envkit.envs.webshop.scoring import get_reward
 
 _spec = importlib.util.spec_from_file_location("upstream_reference", Path(__file__).with_name("upstream_reference.py"))
 assert _spec is not None and _spec.loader is not None

@@ -38,7 +38,7 @@ def _cfg(tmp_path, **branch) -> TrainConfig:
 def counted_steps(monkeypatch):
     """Counts every `step` call on the trainer's Toy env instances (the real env does the step)."""
     calls = {"n": 0}
-    for env in multi_turn._envs(TOY, 40):
+    for env in multi_turn.shared_envs(TOY, 40):
 
         def counting(action, _step=env.step):
             calls["n"] += 1
@@ -72,7 +72,7 @@ def test_the_env_step_budget_holds_and_every_snapshot_is_discarded(tmp_path, cou
     for env, s in snaps:
         with pytest.raises(SnapshotError, match="discarded"):
             env.restore(s)
-    assert not any(e.steps for e in branches)  # branches take no snapshots of their own
+    assert not any(e.snapshots() for e in branches)  # branches take no snapshots of their own
 
 
 def test_a_tight_budget_admits_only_points_whose_worst_case_fits(tmp_path, counted_steps):

@@ -37,7 +37,6 @@ def test_local_help_shows_the_trainers_sero_knobs_and_not_the_oracle_pipelines(c
     text = capsys.readouterr().out
     assert "--agent.sero-opts.max-oracle-share" in text and "--agent.sero-opts.roots-per-group" in text
     assert "--agent.sero-opts.weighting" not in text  # l_j scoring by choice: envkit-oracle rollout only
-    assert "--agent.sero-opts.oracle-max-steps" not in text  # OpenRLHF's budget without a turn cap
 
 
 EDEN_SELECTION = ("n-anchors", "n-selection-prompts", "candidate-percentiles", "max-cos", "max-scored", "min-validity")

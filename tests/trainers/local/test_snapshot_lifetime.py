@@ -22,7 +22,7 @@ def test_swe_layer_store_stays_bounded_over_200_episodes(swe_sandbox, file_writi
     from envkit.envs.swe.layers import LayerStore
     from envkit.trainers.local.agent_source import AgentSource
     from envkit.trainers.local.explorers.plain import PlainEpisodes
-    from envkit.trainers.local.multi_turn import AgentConfig, _envs
+    from envkit.trainers.local.multi_turn import AgentConfig, shared_envs
     from envkit.trainers.local.trainer import TrainConfig
     from envkit.trainers.sero_options import TrainerSeroOptions
 
@@ -39,7 +39,7 @@ def test_swe_layer_store_stays_bounded_over_200_episodes(swe_sandbox, file_writi
     )  # fmt: skip
     store = LayerStore.default()
     # every task's pinned base layers exist before counting (they are built once per store, on first use)
-    warm = _envs("envkit/SWE-v0", TASKS * GROUP)[0]
+    warm = shared_envs("envkit/SWE-v0", TASKS * GROUP)[0]
     for i in range(len(warm.tasks)):
         warm.reset(seed=0, options={"index": i})
     base = store.layer_count()
@@ -57,6 +57,6 @@ def test_swe_layer_store_stays_bounded_over_200_episodes(swe_sandbox, file_writi
     assert created >= EPISODES  # each episode froze its edit into a new layer ...
     # ... and only the layers the live envs' work trees still stand on remain (at most one per env instance)
     assert max(counts) <= TASKS * GROUP, counts
-    for env in _envs("envkit/SWE-v0", TASKS * GROUP):
+    for env in shared_envs("envkit/SWE-v0", TASKS * GROUP):
         assert env.tree is not None
         assert all(store.refcount(layer) >= 1 for layer in env.tree.stack)

@@ -112,7 +112,7 @@ def test_help_shows_this_backends_sero_knobs_and_refuses_the_oracle_pipelines(ca
 
     assert main(["--help", "--", "--rollout.n_samples_per_prompt", "4"]) == 0
     text = capsys.readouterr().out
-    for flag in ("--sero-opts.max-oracle-share", "--sero-opts.oracle-max-steps", "--sero-opts.roots-per-group"):
+    for flag in ("--sero-opts.max-oracle-share", "--sero-opts.roots-per-group", "--sero-opts.min-budget"):
         assert flag in text, flag
     assert "--sero-opts.weighting" not in text  # l_j scoring by choice: envkit-oracle rollout only
     assert main(["--sero-opts.weighting", "choice", "--", "--rollout.n_samples_per_prompt", "4"]) == 2

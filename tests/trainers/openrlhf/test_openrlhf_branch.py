@@ -33,7 +33,7 @@ def test_sized_branch_fills_exactly_n_rows(n, sized):
 
 def test_impossible_settings_are_refused_with_what_to_set():
     from envkit.trainers.explorers.branch import BranchConfig
-    from envkit.trainers.openrlhf.config import OpenRLHFSeroOptions as SeroOptions
+    from envkit.trainers.sero_options import TrainerSeroOptions as SeroOptions
 
     with pytest.raises(ValueError, match=r"backbones 4 \+ --branch.points 4 x --branch.branches 2 = 12 rows.*"
                        r"n_samples_per_prompt 8.*--branch.backbones 4 --branch.points 2 --branch.branches 2"):  # fmt: skip

@@ -93,9 +93,9 @@ def test_grpo_equals_stock_group_norm(strategy_factory, with_records):
         torch.testing.assert_close(g.info["group_reward_std"], w.info["group_reward_std"].float())
         assert torch.equal(g.action_mask, w.action_mask)
         assert g.kl is None and INFO_KEY not in g.info
-        assert g.info["envkit/zero_adv_group_frac"].shape == (len(g.sequences),)
+        assert g.info["envkit/zero_adv_fraction"].shape == (len(g.sequences),)
     # two of the three groups have mixed rewards; the all-zero one... none here: [1,0,0,1],[0,0,0,0],[1,1,1,0]
-    assert float(got[0].info["envkit/zero_adv_group_frac"][0]) == pytest.approx(1 / 3)
+    assert float(got[0].info["envkit/zero_adv_fraction"][0]) == pytest.approx(1 / 3)
 
 
 def test_grpo_groups_from_records_not_from_layout(strategy_factory):
@@ -215,7 +215,7 @@ def test_eden_absorb_matches_trainer_core_and_drops_by_mask(strategy_factory):
         else:
             assert mask[i].sum() == 0 and float(adv[i].abs().sum()) == 0.0
     assert (~want.loss_mask).sum() == 3  # ceil(0.5 * 6) of the 6 noisy rows kept
-    assert float(got[0].info["envkit/eden_noisy_kept"][0]) == pytest.approx(0.5)
+    assert float(got[0].info["envkit/eden_noisy_kept_share"][0]) == pytest.approx(0.5)
 
 
 def test_sero_oracle_row_tokens_carry_the_shared_credit_times_the_weights(strategy_factory):
@@ -266,7 +266,7 @@ def test_sero_oracle_row_tokens_carry_the_shared_credit_times_the_weights(strate
     torch.testing.assert_close(row1, torch.tensor(exp1, dtype=torch.float32), rtol=1e-6, atol=1e-6)
     assert ora.weights.tolist() == [1.0, np.exp(-0.5)]  # the paper's weighting: the first oracle action weighs 1
     assert float(got[0].info["envkit/sero_rescues"][0]) == 1.0
-    assert float(got[0].info["envkit/sero_mean_weight"][0]) == pytest.approx((1.0 + np.exp(-0.5)) / 2)
+    assert float(got[0].info["envkit/sero_weight_mean"][0]) == pytest.approx((1.0 + np.exp(-0.5)) / 2)
 
 
 @pytest.mark.parametrize("dual_clip", [None, 3.0])

@@ -41,14 +41,15 @@ def test_oracle_rows_replace_failed_rollouts(tokenizer, share, n_rows):
     from vllm import SamplingParams
 
     import envkit  # noqa: F401
-    from envkit.trainers.openrlhf.config import BackendConfig, OpenRLHFSeroOptions
+    from envkit.trainers.openrlhf.config import BackendConfig
     from envkit.trainers.openrlhf.gym_executor import GymAgentExecutor
     from envkit.trainers.openrlhf.rollout_actor import run_planned
     from envkit.trainers.openrlhf.rollout_records import RolloutRecord, RolloutSpec
+    from envkit.trainers.sero_options import TrainerSeroOptions
 
     cfg = BackendConfig(
         env_id="envkit/Toy-v0", n_samples_per_prompt=4, max_turns=4, sero=True, advantage="graphgpo",
-        sero_opts=OpenRLHFSeroOptions(roots_per_group=2, max_oracle_share=share),
+        sero_opts=TrainerSeroOptions(roots_per_group=2, max_oracle_share=share),
     )  # fmt: skip
     ex = GymAgentExecutor(cfg)
     actor = StayActor(tokenizer)
@@ -112,11 +113,12 @@ def test_sero_off_keeps_no_episodes(tokenizer):
 
 
 def test_sero_settings_that_cannot_work_are_refused_with_the_fix():
-    from envkit.trainers.openrlhf.config import BackendConfig, OpenRLHFSeroOptions
+    from envkit.trainers.openrlhf.config import BackendConfig
+    from envkit.trainers.sero_options import TrainerSeroOptions
 
     with pytest.raises(ValueError, match="--advantage graphgpo"):
         BackendConfig(env_id="envkit/Toy-v0", sero=True, advantage="gigpo")
-    with pytest.raises(ValueError, match=r"--max-turns 4 leaves no SERO root.*needs 8.*at least 8"):
+    with pytest.raises(ValueError, match=r"SERO roots need 8 steps.*--max-turns 4 leaves no SERO root.*at least 8"):
         BackendConfig(env_id="envkit/WebShop-v0", sero=True, advantage="graphgpo", max_turns=4)
     BackendConfig(env_id="envkit/WebShop-v0", sero=True, advantage="graphgpo", max_turns=8)
     BackendConfig(
@@ -124,5 +126,5 @@ def test_sero_settings_that_cannot_work_are_refused_with_the_fix():
         sero=True,
         advantage="graphgpo",
         max_turns=4,
-        sero_opts=OpenRLHFSeroOptions(min_budget=2),
+        sero_opts=TrainerSeroOptions(min_budget=2),
     )

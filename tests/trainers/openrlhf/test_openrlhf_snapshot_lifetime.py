@@ -46,9 +46,10 @@ def test_executor_discards_every_snapshot_and_the_swe_layer_store_stays_bounded(
 
     import envkit
     from envkit.envs.swe.layers import LayerStore
-    from envkit.trainers.openrlhf.config import BackendConfig, OpenRLHFSeroOptions
+    from envkit.trainers.openrlhf.config import BackendConfig
     from envkit.trainers.openrlhf.gym_executor import GymAgentExecutor
     from envkit.trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord
+    from envkit.trainers.sero_options import TrainerSeroOptions
 
     torch.set_num_threads(1)
     model, tok, action = file_writing_policy
@@ -56,7 +57,7 @@ def test_executor_discards_every_snapshot_and_the_swe_layer_store_stays_bounded(
     # seconds per root, and this test is about the snapshots.
     cfg = BackendConfig(
         env_id="envkit/SWE-v0", sero=True, advantage="graphgpo", max_turns=1, n_samples_per_prompt=GROUP,
-        sero_opts=OpenRLHFSeroOptions(max_oracle_share=0.0, min_budget=1),  # one turn: roots need budget 1 (never run)
+        sero_opts=TrainerSeroOptions(max_oracle_share=0.0, min_budget=1),  # one turn: roots need budget 1 (never run)
     )  # fmt: skip
     ex = GymAgentExecutor(cfg)
     engine = ModelEngine(model, tok)

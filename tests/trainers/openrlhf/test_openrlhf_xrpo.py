@@ -152,7 +152,6 @@ def test_variable_groups_and_sharpening_equal_trainer_core(strategy_factory):
 def test_clean_icl_loss_prompt_is_refused_on_openrlhf_with_the_way_out():
     from envkit.trainers.openrlhf.config import BackendConfig
 
-    cfg = BackendConfig(explorer="xrpo", n_samples_per_prompt=4, xrpo=XrpoConfig(icl_loss_prompt="clean"))
-    with pytest.raises(ValueError, match="local trainer only"):
-        cfg.xrpo_config()
+    with pytest.raises(ValueError, match="local trainer only"):  # refused when the config is built (resolved once)
+        BackendConfig(explorer="xrpo", n_samples_per_prompt=4, xrpo=XrpoConfig(icl_loss_prompt="clean"))
     assert BackendConfig(explorer="xrpo", n_samples_per_prompt=4).xrpo_config().icl_loss_prompt == "augmented"

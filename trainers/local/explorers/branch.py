@@ -33,7 +33,15 @@ from envkit.lifetime import discard_many, instance_scoped
 from envkit.trainers.explorers.branch import BranchConfig, admit, worst_cost
 from envkit.trainers.local.contracts import AgentExplorer, Budget
 from envkit.trainers.local.generation import batch_sequences
-from envkit.trainers.local.multi_turn import AgentConfig, Episode, EpisodeSpec, _envs, play_specs
+from envkit.trainers.local.multi_turn import (
+    LOST_ENV_ERRORS,
+    AgentConfig,
+    Episode,
+    EpisodeSpec,
+    lost_episode,
+    play_specs,
+    shared_envs,
+)
 
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
@@ -164,11 +172,10 @@ class AgentBranchDriver(AgentExplorer):
     ) -> list[Episode]:
         cfg, horizon, temperature = self.cfg, self.horizon, float(kw["temperature"])
         by_group: dict[int, list[Episode]] = defaultdict(list)
-        for b in backbones:
+        live = [b for b in backbones if not b.lost]  # a lost backbone (its env died) is dropped, and never forked
+        for b in live:
             by_group[b.group].append(b)
-        entropy = dict(
-            zip(map(id, backbones), decision_entropies(model, tokenizer, backbones, temperature), strict=True)
-        )
+        entropy = dict(zip(map(id, live), decision_entropies(model, tokenizer, live, temperature), strict=True))
         unspent = {g: self.budget - sum(len(b.actions) for b in bs) for g, bs in by_group.items()}
         start = dict(unspent)  # negative: the backbones alone overran a budget below their worst case
         taken: dict[int, set[tuple[int, int]]] = defaultdict(set)
@@ -220,7 +227,7 @@ class AgentBranchDriver(AgentExplorer):
             "branch_entropy_at_points": float(np.mean(chosen_entropy)) if chosen_entropy else 0.0,
             "branch_entropy_all": float(np.mean(np.concatenate([entropy[id(b)] for b in backbones]))),
             "branches": len(branches),
-            "branches_finished": sum(e.done and not e.context_truncated for e in branches),
+            "branches_finished": sum(e.done and not e.context_truncated and not e.lost for e in branches),
             "branch_success_rate": float(np.mean([e.success for e in branches])) if branches else 0.0,
             "backbone_success_rate": float(np.mean([b.success for b in backbones])),
             "branch_rounds": rounds,
@@ -253,11 +260,15 @@ class AgentBranchDriver(AgentExplorer):
                 envs = [b.env for b, _, _ in now]
             else:
                 now, later = pending, []
-                envs = _envs(env_id, offset + len(now), self.agent.fleet)[offset:]
+                envs = shared_envs(env_id, offset + len(now), self.agent.fleet)[offset:]
                 offset += len(now)
             kids = []
             for (b, t, index), env in zip(now, envs, strict=True):
-                kids.append(fork(b, t, env, index))
+                try:
+                    kids.append(fork(b, t, env, index))
+                except LOST_ENV_ERRORS as exc:  # the snapshot's fleet actor died: this branch is lost, not the step
+                    kids.append(lost_episode(b.group, index, env, b.seed, exc, prefix=b.actions[:t]))
+                    continue
                 restores[getattr(env, "last_restore_kind", "") or "native"] += 1
             specs = [EpisodeSpec(e.group, e.index, int(e.seed or 0)) for e in kids]
             play_specs(model, tokenizer, env_id, specs, self.agent, seed=seed + wave + 1, started=kids, **kw)

@@ -201,7 +201,7 @@ class EdenDriver(AnchorSelection, SingleTurnExplorer):
         )  # fmt: skip
         for r, a, keep in zip(rollouts, res.advantages.tolist(), res.loss_mask.tolist(), strict=True):
             r.advantage, r.weight = a, 1.0 if keep else 0.0
-        stats: dict[str, Any] = {k: v for k, v in res.stats.items() if k != "zero_adv_group_frac"}
+        stats: dict[str, Any] = {k: v for k, v in res.stats.items() if k != "zero_adv_fraction"}
         stats["eden_bank_relaxed"] = int(self.relaxed)
         return stats
 
@@ -270,7 +270,7 @@ class AgentEdenDriver(AnchorSelection, AgentExplorer):
             )
             out = [np.full(len(a), res.advantages[i]) for i, a in enumerate(turn_advantages)]
             keep = res.loss_mask
-            stats.update({k: v for k, v in res.stats.items() if k != "zero_adv_group_frac"})
+            stats.update({k: v for k, v in res.stats.items() if k != "zero_adv_fraction"})
         else:
             row_abs = np.array([float(np.mean(np.abs(a))) if len(a) else 0.0 for a in turn_advantages])
             keep = select_noisy(row_abs, noisy, cfg.top_p)

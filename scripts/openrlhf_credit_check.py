@@ -1,0 +1,164 @@
+"""Recompute the credit an OpenRLHF run sent to its loss with the local trainer's functions; compare value by value.
+
+A run started with ``envkit-train openrlhf --credit-log ...`` writes one group per step to
+``<ckpt.output_dir>/envkit_credit.jsonl`` (`envkit.trainers.openrlhf.credit_log`): its records, the per-turn
+advantages and loss weights the experience maker computed, and the per-token advantages the loss received. This
+script rebuilds the group as the local trainer's `Episode`s (each record's policy episode, `policy_turns`) and SERO
+continuations (each oracle row's ``Turn.oracle`` turns, their l_j), credits it with the local trainer's own
+functions (`envkit.trainers.local.sero.episode_credit` for GraphGPO + SERO, `episode_steps.step_table` +
+`turn_credit` for plain GiGPO / GraphGPO), and checks:
+
+1. every turn's advantage and loss weight equals the local trainer's, bit for bit (policy turns: the episode's
+   turn credit; oracle turns: the rescue's credit and reachability weight);
+2. every action token of a turn reached the loss with ``(a_j + kl) * w_j`` (float32: the token tensor's dtype;
+   ``kl`` is OpenRLHF's KL reward tail, 0 with ``--algo.kl.use_loss``), 0 on a row dropped from the loss.
+
+Checkable: ``--explorer none`` with ``--advantage gigpo|graphgpo`` (``--sero`` or not), ``--adv.terminal-reward`` set
+(the local trainer rewards success only) and no ``--reward.clip_range``; state key ``observation`` or ``env``.
+
+    python scripts/openrlhf_credit_check.py RUN/ckpt/envkit_credit.jsonl     # JSON summary; exit 1 on a mismatch
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from envkit.core import Root, Step
+from envkit.credit.sero import SeroOptions, widen_options
+from envkit.credit.turn_credit import turn_credit
+from envkit.oracles.continuation import ContinuationOutcome
+from envkit.recorder import EpisodeRecorder
+from envkit.trainers.local.episode_steps import step_table
+from envkit.trainers.local.multi_turn import AgentConfig, Episode
+from envkit.trainers.local.sero import episode_credit
+from envkit.trainers.openrlhf.config import BackendConfig
+from envkit.trainers.openrlhf.rollout_records import RolloutRecord, Turn
+from envkit.trainers.sero_options import TrainerSeroOptions
+
+#: float32 tolerance of a token's value (the token tensor is float32; OpenRLHF's reward-to-go sums increments)
+TOKEN_RTOL = 1e-5
+
+
+def _info(anchors: dict[str, str] | None, invalid: bool | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {} if invalid is None else {"invalid": invalid}
+    if anchors and "env" in anchors:
+        out["state_key"] = anchors["env"]
+    return out
+
+
+def _episode(i: int, rec: RolloutRecord) -> Episode:
+    """A record's policy episode as the local trainer's `Episode` (with its recorder: the final state too)."""
+    turns = rec.policy_turns()
+    if not turns:
+        raise ValueError(f"row {i}: a record without turns cannot be credited per turn")
+    recorder = EpisodeRecorder(turns[0].state, _info(turns[0].anchors), snapshots=False)
+    for j, t in enumerate(turns):
+        if t.next_state is None:
+            raise ValueError(f"row {i} turn {j}: no next_state (records from an older executor)")
+        last = j == len(turns) - 1
+        recorder.step(None, t.action, t.next_state, t.reward, last and rec.success, False,
+                      _info(t.next_anchors, t.invalid))  # fmt: skip
+    recorder.stop()
+    e = Episode(0, i, None, [1], [1], [], [], [t.state for t in turns], [t.action for t in turns],
+                [float(t.reward) for t in turns], [bool(t.invalid) for t in turns], done=True, success=rec.success)  # fmt: skip
+    e.infos, e.recorder = [_info(t.anchors) for t in turns], recorder
+    return e
+
+
+def _outcome(i: int, rec: RolloutRecord) -> tuple[ContinuationOutcome, list[float]]:
+    """An oracle row's continuation as the local trainer's `ContinuationOutcome`, with its l_j."""
+    ora: list[Turn] = [t for t in rec.turns if t.oracle]
+    steps = tuple(
+        Step(t.state, t.action, float(t.reward), str(t.next_state), j == len(ora) - 1, False,
+             _info(t.next_anchors, t.invalid), None, True)
+        for j, t in enumerate(ora)
+    )  # fmt: skip
+    root = Root(0, i, int(rec.extra["root_t"]), ora[0].state)
+    return ContinuationOutcome(root, "native", steps=steps, success=True), [float(t.loglik or 0.0) for t in ora]
+
+
+def local_credit(entry: dict[str, Any]) -> list[tuple[list[float], list[float]]]:
+    """Per logged row, (advantage, weight) of each of its turns under the local trainer's credit."""
+    cfg = BackendConfig.from_json(json.dumps(entry["config"]))
+    if cfg.explorer != "none" or cfg.advantage not in ("gigpo", "graphgpo"):
+        raise ValueError(f"not checkable: --explorer {cfg.explorer} --advantage {cfg.advantage} (see the module doc)")
+    records = [RolloutRecord.from_dict(r["record"]) for r in entry["rows"]]
+    episodes = [_episode(i, rec) for i, rec in enumerate(records)]
+    shared = SeroOptions(**{f.name: getattr(cfg.sero_opts, f.name) for f in fields(SeroOptions)})
+    sero = widen_options(shared, TrainerSeroOptions, "credit check")  # the SERO options both backends share
+    acfg = AgentConfig(estimator=cfg.advantage, sero=cfg.sero, max_turns=max(len(e.actions) for e in episodes),
+                       adv=cfg.adv, sero_opts=sero)  # fmt: skip
+    oracle_rows = [i for i, rec in enumerate(records) if rec.oracle]
+    if cfg.sero:
+        found = [_outcome(i, records[i]) for i in oracle_rows]
+        res = episode_credit(
+            episodes, [(episodes[o.root.trajectory], o) for o, _ in found], [ll for _, ll in found], acfg
+        )
+        policy = res.policy.advantages
+    else:
+        policy = turn_credit(step_table(episodes, acfg), cfg.advantage, cfg.adv).advantages
+    out, r = [], 0
+    for i, (rec, e) in enumerate(zip(records, episodes, strict=True)):
+        own = [float(x) for x in policy[r : r + len(e.actions)]]
+        r += len(e.actions)
+        adv = own[: int(rec.extra["root_t"])] if rec.oracle else own  # an oracle row trains the turns before its root
+        w = [1.0] * len(adv)
+        if rec.oracle:
+            part = res.oracle.of(oracle_rows.index(i))
+            adv += [float(x) for x in res.oracle.advantages[part]]
+            w += [float(x) for x in res.oracle.weights[part]]
+        out.append((adv, w))
+    return out
+
+
+def problems(entry: dict[str, Any]) -> list[str]:
+    """What the logged group violates (empty: the loss got the local trainer's credit, value by value)."""
+    out: list[str] = []
+    try:
+        expected = local_credit(entry)
+    except (ValueError, KeyError) as exc:
+        return [f"step {entry.get('step')}: {exc}"]
+    for row, (adv, w) in zip(entry["rows"], expected, strict=True):
+        where = f"step {entry['step']} row {row['index']}"
+        if row["per_turn"] != adv:
+            out.append(f"{where}: per-turn advantages {row['per_turn']} != local trainer's {adv}")
+        if row["weights"] != w:
+            out.append(f"{where}: loss weights {row['weights']} != local trainer's {w}")
+        for j, (values, kls) in enumerate(zip(row["loss_tokens"], row["kl_tails"], strict=True)):
+            want = np.array([(adv[j] + k) * w[j] if row["keep"] else 0.0 for k in kls])
+            got = np.array(values)
+            if len(got) and not np.allclose(got, want, rtol=TOKEN_RTOL, atol=TOKEN_RTOL):
+                out.append(f"{where} turn {j}: loss tokens {got.tolist()} != (a + kl) * w = {want.tolist()}")
+    return out
+
+
+def check_file(path: Path) -> dict[str, Any]:
+    """Summary of a credit log: entries, rows, turns, oracle turns and tokens checked, and every problem."""
+    entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    found = [p for e in entries for p in problems(e)]
+    rows = [r for e in entries for r in e["rows"]]
+    turns = [t for r in rows for t in r["record"]["turns"]]
+    return {
+        "entries": len(entries), "rows": len(rows), "turns": len(turns),
+        "oracle_turns": sum(bool(t.get("oracle")) for t in turns),
+        "tokens": sum(len(v) for r in rows for v in r["loss_tokens"]), "problems": found,
+    }  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("log", type=Path, help="envkit_credit.jsonl of a run started with --credit-log")
+    summary = check_file(ap.parse_args(argv).log)
+    print(json.dumps(summary))
+    return 1 if summary["problems"] or not summary["entries"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

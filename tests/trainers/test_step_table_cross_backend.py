@@ -1,0 +1,163 @@
+"""Groups that end in failure and truncation through every backend's step table and turn credit, compared exactly.
+
+Issue 36: the local trainer (`envkit.trainers.local.episode_steps.step_table`), the OpenRLHF backend
+(`envkit.trainers.openrlhf.turn_advantages`) and ``envkit-oracle rollout`` (`StepTable.from_trajectories`) used to
+build their step tables three ways: after the last step of a failed episode the local table pointed to an unknown
+terminal node and the others to the recorded observation; the local table put ``adv.terminal_reward`` on a
+success's last step and the others the env's reward. The group below makes both show: episode 1 fails at a state
+the successful episode 0 passed through (B), episode 2 is cut by the turn cap, episode 3 fails with an invalid step;
+the env's own reward for a success (1.0) differs from ``terminal_reward`` (10). GiGPO, GraphGPO and GraphGPO + SERO
+must give every turn the same advantage in every backend, bit for bit.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+from envkit.core import Root, Step, Trajectory
+from envkit.credit.advantage_options import AdvantageOptions
+from envkit.credit.sero import SeroConfig, SeroOptions
+from envkit.credit.step_table import StepTable
+from envkit.credit.turn_credit import turn_credit
+from envkit.oracles.continuation import ContinuationOutcome
+from envkit.oracles.pipeline import credit_task
+from envkit.oracles.reach_weights import Weighted
+from envkit.recorder import EpisodeRecorder
+from envkit.trainers.local.agent_source import step_table
+from envkit.trainers.local.multi_turn import AgentConfig, Episode
+from envkit.trainers.local.sero import episode_credit
+from envkit.trainers.openrlhf.config import BackendConfig
+from envkit.trainers.openrlhf.rollout_records import RolloutRecord, RolloutSpec, Turn
+from envkit.trainers.openrlhf.sero_rows import oracle_record
+from envkit.trainers.openrlhf.turn_advantages import SampleRow, compute_turn_advantages
+
+# (states before each action + the state after the last one, actions, invalid flags, success, truncated)
+GROUP = [
+    (["A", "B", "C", "W"], ["a", "b", "win"], [False, False, False], True, False),
+    (["A", "D", "E", "B"], ["c", "d", "e"], [False, False, False], False, False),  # fails at B (known to succeed)
+    (["A", "D", "F", "G"], ["c", "f", "g"], [False, False, False], False, True),  # cut by the turn cap at G
+    (["A", "B", "X", "Y"], ["a", "x", "y"], [False, True, False], False, False),  # an invalid step, then fails at Y
+]
+CAP = 3
+# (trajectory, root step, oracle (state, action, next) steps, l_j): successful continuations
+CONTINUATIONS = [(2, 3, [("G", "o1", "H"), ("H", "o2", "WIN")], [-2.5, -0.7]), (3, 2, [("X", "o3", "W2")], [-0.1])]
+ADV = AdvantageOptions(gamma_g=0.3, beta_g=0.8, beta_e=1.3, invalid_penalty=0.25, reward_scale=7.0, terminal_reward=10)
+ENV_REWARD = 1.0  # the env's own reward for a success (Toy-v0's)
+
+
+def _info(state: str, invalid: bool = False) -> dict:
+    return {"invalid": invalid, "state_key": f"k{state}"}
+
+
+def _steps(i: int) -> tuple[Step, ...]:
+    states, actions, invalid, success, truncated = GROUP[i]
+    out = []
+    for t, a in enumerate(actions):
+        last = t == len(actions) - 1
+        out.append(Step(states[t], a, ENV_REWARD * (success and last), states[t + 1], success and last,
+                        truncated and last, _info(states[t + 1], invalid[t])))  # fmt: skip
+    return tuple(out)
+
+
+def _trajs() -> list[Trajectory]:
+    return [Trajectory("envkit/Toy-v0", "t", 0, {}, "A", _info("A"), _steps(i), g[3]) for i, g in enumerate(GROUP)]
+
+
+def _outcomes() -> list[ContinuationOutcome]:
+    return [
+        ContinuationOutcome(
+            Root(0, i, t, steps[0][0]), "native",
+            steps=tuple(Step(s, a, ENV_REWARD * (j == len(steps) - 1), n, j == len(steps) - 1, False, _info(n),
+                             None, True) for j, (s, a, n) in enumerate(steps)),
+            success=True,
+        )
+        for i, t, steps, _ in CONTINUATIONS
+    ]  # fmt: skip
+
+
+def _episodes() -> list[Episode]:
+    """The group as the local trainer's `play` leaves it: states before each action (the final observation is
+    never appended to the context), and the env's steps in the episode's recorder."""
+    out = []
+    for i, (traj, (states, actions, invalid, success, _)) in enumerate(zip(_trajs(), GROUP, strict=True)):
+        rec = EpisodeRecorder("A", _info("A"), snapshots=False)
+        for s in traj.steps:
+            rec.step(None, s.action, s.next_observation, s.reward, s.terminated, s.truncated, s.info)
+        rec.stop()
+        e = Episode(0, i, None, [1], [1], [], [], list(states[: len(actions)]), list(actions),
+                    [s.reward for s in traj.steps], list(invalid), done=True, success=success)  # fmt: skip
+        e.infos, e.recorder = [_info(s) for s in states[: len(actions)]], rec
+        out.append(e)
+    return out
+
+
+def _split(flat: list[float]) -> list[list[float]]:
+    out, r = [], 0
+    for g in GROUP:
+        out.append(flat[r : r + len(g[1])])
+        r += len(g[1])
+    return out
+
+
+def _local(estimator: str, adv: AdvantageOptions, sero: bool) -> list[list[float]]:
+    episodes = _episodes()
+    cfg = AgentConfig(estimator=estimator, sero=sero, max_turns=CAP, adv=adv, sero_opts=SeroOptions())
+    if sero:
+        found = [(episodes[o.root.trajectory], o) for o in _outcomes()]
+        return _split(episode_credit(episodes, found, [c[3] for c in CONTINUATIONS], cfg).policy.advantages.tolist())
+    return _split(turn_credit(step_table(episodes, cfg), estimator, adv).advantages.tolist())
+
+
+def _pipeline(estimator: str, adv: AdvantageOptions, sero: bool) -> list[list[float]]:
+    trajs = _trajs()
+    if sero:
+        ws = [Weighted(tuple(c[3]), ()) for c in CONTINUATIONS]
+        _, pol, _ = credit_task(trajs, _outcomes(), ws, SeroConfig(terminal_reward=10.0, gamma_g=0.3), adv)
+        return [[pol[(i, t)].advantage for t in range(len(g[1]))] for i, g in enumerate(GROUP)]
+    table = StepTable.from_trajectories([trajs], terminal_reward=adv.terminal_reward, state_key=adv.state_key)
+    return _split(turn_credit(table, estimator, adv).advantages.tolist())
+
+
+def _openrlhf(estimator: str, adv: AdvantageOptions, sero: bool) -> list[list[float]]:
+    cfg = BackendConfig(n_samples_per_prompt=4, sero=sero, advantage=estimator, adv=adv, sero_opts=SeroOptions())
+    trajs, records = _trajs(), []
+    for i, (states, actions, invalid, success, truncated) in enumerate(GROUP):
+        turns = tuple(
+            Turn(states[t], a, s.reward, invalid[t], 10 + 4 * t, 12 + 4 * t, next_state=states[t + 1],
+                 anchors={"env": f"k{states[t]}"}, next_anchors={"env": f"k{states[t + 1]}"})
+            for t, (a, s) in enumerate(zip(actions, trajs[i].steps, strict=True))
+        )  # fmt: skip
+        records.append(RolloutRecord(RolloutSpec("g0", i), turns, success, 10.0 * success, truncated=truncated))
+    if sero:
+        for o, c in zip(_outcomes(), CONTINUATIONS, strict=True):
+            i, t = o.root.trajectory, o.root.t
+            spans = [(100 + 4 * j, 102 + 4 * j) for j in range(len(o.steps))]
+            records[i] = oracle_record(cfg, records[i], t, o, spans, list(c[3]), trajs[i])
+    rows = [SampleRow(i, 10.0 * r.success, RolloutRecord.from_dict(r.to_dict())) for i, r in enumerate(records)]
+    got = compute_turn_advantages(rows, cfg)
+    out = []
+    for row, a in zip(rows, got.per_turn, strict=True):
+        assert row.record is not None
+        out.append([float(x) for x, tr in zip(a, row.record.turns, strict=True) if not tr.oracle])
+    return out
+
+
+CASES = [
+    ("gigpo", ADV, False),
+    ("gigpo", AdvantageOptions(**{**vars(ADV), "norm": "mean", "state_key": "observation"}), False),
+    ("graphgpo", ADV, False),
+    ("graphgpo", AdvantageOptions(**{**vars(ADV), "state_key": "observation"}), False),
+    ("graphgpo", ADV, True),
+]
+
+
+@pytest.mark.parametrize(("estimator", "adv", "sero"), CASES, ids=["gigpo", "gigpo_mean_obs", "graphgpo",
+                                                                    "graphgpo_obs", "graphgpo_sero"])  # fmt: skip
+def test_failed_and_truncated_groups_get_the_same_credit_in_every_backend(estimator, adv, sero):
+    local, pipe, rl = _local(estimator, adv, sero), _pipeline(estimator, adv, sero), _openrlhf(estimator, adv, sero)
+    assert local == pipe, f"local {local}\npipeline {pipe}"
+    for i, turns in enumerate(rl):  # OpenRLHF trains a rescued rollout's turns before its root
+        assert turns == local[i][: len(turns)], f"row {i}: openrlhf {turns} local {local[i]}"
+    assert sum(len(t) for t in rl) == (11 if sero else 12)
