@@ -107,7 +107,8 @@ JSON_NAME, PNG_NAME = "compare_sero_mini_v2.json", "compare_sero_mini_v2.png"
 DIAGNOSTIC_PREFIXES = ("sero_", "credit_", "adv_", "probe", "branch_")
 #: per-step metrics kept in the JSON (besides the prefixes above)
 CURVE_KEYS = ("success_rate", "reward_mean", "zero_adv_fraction", "episode_turns", "invalid_share", "rollouts",
-              "rows_in_loss", "grad_norm", "pg_loss", "entropy", "time_step_s", "env_steps", "group_size")  # fmt: skip
+              "rows_in_loss", "grad_norm", "grad_norm_policy", "grad_norm_oracle", "oracle_token_share", "pg_loss",
+              "entropy", "time_step_s", "env_steps", "group_size")  # fmt: skip
 
 
 @dataclass(frozen=True)
