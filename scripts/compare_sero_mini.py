@@ -32,8 +32,10 @@ Every ``--eval-every`` steps and at the end: success (temperature 1) on 24 train
 held-out tasks (``--final-eval-episodes`` per task at the final step, ``--eval-episodes`` before), and the probes
 on both: p(click right | results), p(buy | right item's page), p(back | wrong item's page). Per step: rollout
 success, env steps, SERO's roots / rescues / rows and every ``sero_*`` diagnostic (the advantage mass of policy
-vs oracle rows, ``sero_policy_mass`` / ``sero_oracle_mass``; per-row-type gradient norms are not logged: they
-would need a second backward pass per step).
+vs oracle rows, ``sero_policy_mass`` / ``sero_oracle_mass``) and, in the SERO arms, the per-step norms of the
+policy rows' and of the oracle rows' policy-loss gradients (``grad_norm_policy`` / ``grad_norm_oracle``, before
+clipping; one extra backward pass per row kind) and the oracle rows' share of the loss tokens
+(``oracle_token_share``).
 
 READING RULE (committed before any run of this design; `sero_mini_rule.verdict` applies it, its docstring and
 docs/results/sero_mini_rule.md state it in full): primary endpoint rotated held-out success at the final step;
