@@ -102,6 +102,7 @@ from envkit.runtime.models import ModelConfig
 from envkit.trainers.explorers.branch import BranchConfig
 from envkit.trainers.local.explorers.branch import AgentBranchDriver
 from envkit.trainers.local.multi_turn import AgentConfig, play
+from envkit.trainers.local.options import LossConfig
 from envkit.trainers.local.trainer import LocalTrainer, TrainConfig
 from envkit.trainers.sero_options import TrainerSeroOptions
 
@@ -154,6 +155,8 @@ class Config:
     max_group_size: int = 16
     lr: float = 1e-3
     lr_warmup_steps: int = 3
+    ppo_epochs: int = 1
+    """Optimizer steps per batch (`LossConfig.ppo_epochs`; 1: on-policy, the committed design)."""
     eval_every: int = 25
     eval_episodes: int = 2
     final_eval_episodes: int = 4
@@ -212,7 +215,7 @@ def run_arm(variant: str, name: str, seed: int, start: str, cfg: Config,
         task=train_id, model=ModelConfig(path=start, device="cpu"), steps=cfg.steps, seed=seed,
         run_dir=str(Path(cfg.out) / "runs" / variant / f"{name.replace(' + ', '_').replace(' ', '_')}_seed{seed}"),
         prompts_per_step=cfg.tasks_per_step, group_size=cfg.group_size, max_new_tokens=2, lr=cfg.lr,
-        lr_warmup_steps=cfg.lr_warmup_steps, agent=agent_config(arm, train_id), tensorboard=False, plot=False,
+        lr_warmup_steps=cfg.lr_warmup_steps, loss=LossConfig(ppo_epochs=cfg.ppo_epochs), agent=agent_config(arm, train_id), tensorboard=False, plot=False,
         progress=False, probe_tasks=0, explorer=arm.explorer, branch=BranchConfig(reserve=arm.reserve),  # type: ignore[arg-type]
     )  # fmt: skip
     t0, c0 = time.perf_counter(), time.process_time()

@@ -163,10 +163,11 @@ def update(
             refs.append(_forward(ref_model, batch, sl, pad).logprobs() if ref_model is not None else None)
     params = [p for p in model.parameters() if p.requires_grad]
     stats: dict[str, float] = {}
-    for _ in range(cfg.ppo_epochs):
+    for epoch in range(cfg.ppo_epochs):
         optimizer.zero_grad(set_to_none=True)
         sums: dict[str, float] = {}
-        parts: dict[str, list[torch.Tensor]] | None = None if batch.oracle is None else {}
+        last = epoch == cfg.ppo_epochs - 1  # the per-part norms are the last epoch's (the statistics' epoch)
+        parts: dict[str, list[torch.Tensor]] | None = None if batch.oracle is None or not last else {}
         # Without a KL or entropy term the gradient IS the policy loss's: the policy rows' part is then the whole
         # gradient minus the oracle rows' part (one extra backward pass per micro-batch instead of two).
         by_difference = ref_model is None and not cfg.entropy_coef
