@@ -12,6 +12,7 @@ when it is computed in micro-batches. Each micro-batch computes its distinct pro
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -101,7 +102,7 @@ def _row_tensors(batch: TrainBatch, rows: list[int], like: torch.Tensor) -> tupl
 
 def _add_part_grads(
     parts: dict[str, list[torch.Tensor]],
-    params: list[torch.Tensor],
+    params: Sequence[torch.Tensor],
     batch: TrainBatch,
     rows: list[int],
     share: float,
@@ -209,7 +210,7 @@ def update(
             if parts is not None:
                 loss_of = functools.partial(
                     policy_loss, logp, old_logp, adv, target, eps_low=cfg.eps_low, eps_high=cfg.eps_high,
-                    agg=cfg.agg, norm_len=norm_len, dual_clip=cfg.dual_clip,
+                    agg=cfg.agg, norm_len=norm_len, dual_clip=cfg.dual_clip,  # type: ignore[arg-type]
                 )  # fmt: skip
                 _add_part_grads(parts, params, batch, sl, share, loss_of, weights, kinds)
             total.backward()
