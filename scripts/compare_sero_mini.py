@@ -32,8 +32,10 @@ Every ``--eval-every`` steps and at the end: success (temperature 1) on 24 train
 held-out tasks (``--final-eval-episodes`` per task at the final step, ``--eval-episodes`` before), and the probes
 on both: p(click right | results), p(buy | right item's page), p(back | wrong item's page). Per step: rollout
 success, env steps, SERO's roots / rescues / rows and every ``sero_*`` diagnostic (the advantage mass of policy
-vs oracle rows, ``sero_policy_mass`` / ``sero_oracle_mass``; per-row-type gradient norms are not logged: they
-would need a second backward pass per step).
+vs oracle rows, ``sero_policy_mass`` / ``sero_oracle_mass``) and, in the SERO arms, the per-step norms of the
+policy rows' and of the oracle rows' policy-loss gradients (``grad_norm_policy`` / ``grad_norm_oracle``, before
+clipping; one extra backward pass per row kind) and the oracle rows' share of the loss tokens
+(``oracle_token_share``).
 
 READING RULE (committed before any run of this design; `sero_mini_rule.verdict` applies it, its docstring and
 docs/results/sero_mini_rule.md state it in full): primary endpoint rotated held-out success at the final step;
@@ -100,6 +102,7 @@ from envkit.runtime.models import ModelConfig
 from envkit.trainers.explorers.branch import BranchConfig
 from envkit.trainers.local.explorers.branch import AgentBranchDriver
 from envkit.trainers.local.multi_turn import AgentConfig, play
+from envkit.trainers.local.options import LossConfig
 from envkit.trainers.local.trainer import LocalTrainer, TrainConfig
 from envkit.trainers.sero_options import TrainerSeroOptions
 
@@ -107,7 +110,8 @@ JSON_NAME, PNG_NAME = "compare_sero_mini_v2.json", "compare_sero_mini_v2.png"
 DIAGNOSTIC_PREFIXES = ("sero_", "credit_", "adv_", "probe", "branch_")
 #: per-step metrics kept in the JSON (besides the prefixes above)
 CURVE_KEYS = ("success_rate", "reward_mean", "zero_adv_fraction", "episode_turns", "invalid_share", "rollouts",
-              "rows_in_loss", "grad_norm", "pg_loss", "entropy", "time_step_s", "env_steps", "group_size")  # fmt: skip
+              "rows_in_loss", "grad_norm", "grad_norm_policy", "grad_norm_oracle", "oracle_token_share", "pg_loss",
+              "entropy", "time_step_s", "env_steps", "group_size")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -151,6 +155,8 @@ class Config:
     max_group_size: int = 16
     lr: float = 1e-3
     lr_warmup_steps: int = 3
+    ppo_epochs: int = 1
+    """Optimizer steps per batch (`LossConfig.ppo_epochs`; 1: on-policy, the committed design)."""
     eval_every: int = 25
     eval_episodes: int = 2
     final_eval_episodes: int = 4
@@ -209,7 +215,7 @@ def run_arm(variant: str, name: str, seed: int, start: str, cfg: Config,
         task=train_id, model=ModelConfig(path=start, device="cpu"), steps=cfg.steps, seed=seed,
         run_dir=str(Path(cfg.out) / "runs" / variant / f"{name.replace(' + ', '_').replace(' ', '_')}_seed{seed}"),
         prompts_per_step=cfg.tasks_per_step, group_size=cfg.group_size, max_new_tokens=2, lr=cfg.lr,
-        lr_warmup_steps=cfg.lr_warmup_steps, agent=agent_config(arm, train_id), tensorboard=False, plot=False,
+        lr_warmup_steps=cfg.lr_warmup_steps, loss=LossConfig(ppo_epochs=cfg.ppo_epochs), agent=agent_config(arm, train_id), tensorboard=False, plot=False,
         progress=False, probe_tasks=0, explorer=arm.explorer, branch=BranchConfig(reserve=arm.reserve),  # type: ignore[arg-type]
     )  # fmt: skip
     t0, c0 = time.perf_counter(), time.process_time()

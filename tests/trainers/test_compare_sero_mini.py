@@ -114,6 +114,10 @@ def test_smoke_every_default_arm_from_one_start_and_the_verdict_runs(tmp_path):
             assert all(0.0 <= e[k] <= 1.0 for e in run["evals"] for k in ("heldout_p_back_wrong",
                        "heldout_p_buy_right", "heldout_p_click_right"))  # fmt: skip
         assert all(c["sero_succeeded"] > 0 for c in runs["GraphGPO + SERO"]["curves"])
+        for arm in ("GraphGPO + SERO", "GraphGPO + supervised oracle rows"):  # per-step policy / oracle gradient norms
+            assert all(c["grad_norm_oracle"] > 0 and c["grad_norm_policy"] >= 0 for c in runs[arm]["curves"])
+            assert all(0 < c["oracle_token_share"] < 1 for c in runs[arm]["curves"])
+        assert all("grad_norm_oracle" not in c for c in runs["GraphGPO"]["curves"])
         assert runs["GraphGPO + matched steps"]["env_steps"] > runs["GraphGPO"]["env_steps"]
         read = saved["verdict"]["variants"][name]
         assert read["verdict"] in ("SUPPORT", "REFUTATION", "INCONCLUSIVE", "VOID", "CANNOT TEST SERO")

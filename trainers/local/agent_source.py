@@ -5,7 +5,8 @@
 `AgentSource.advantages` gives each turn an advantage (``gigpo`` / ``graphgpo`` on a `StepTable`, an episode-level
 estimator, or SERO's GraphGPO credit with oracle continuations, `envkit.trainers.local.sero`), lets the explorer
 post-process them, and returns the `TrainBatch`: per episode the row (first prompt, everything after it) with
-loss flags on action tokens only, each action's tokens carrying its turn's advantage; SERO's oracle rows last.
+loss flags on action tokens only, each action's tokens carrying its turn's advantage; SERO's oracle rows last
+(flagged in ``TrainBatch.oracle``: the update then logs the policy / oracle rows' gradient norms).
 """
 
 from __future__ import annotations
@@ -86,9 +87,10 @@ class AgentSource:
                 [*(e.group for e in episodes), *(r.group for r in sero.rows)],
             )
         metrics["rows_in_loss"] = len(prompts)
-        batch = TrainBatch(
-            prompts=prompts, responses=responses, advantages=advs, loss_flags=flags, weights=[1.0] * len(prompts)
-        )
+        n_oracle = len(sero.rows) if sero is not None else 0
+        oracle = None if sero is None else [False] * (len(prompts) - n_oracle) + [True] * n_oracle
+        batch = TrainBatch(prompts=prompts, responses=responses, advantages=advs, loss_flags=flags,
+                           weights=[1.0] * len(prompts), oracle=oracle)  # fmt: skip
         return batch, metrics
 
     def batch(self, step: int, seed: int | None = None) -> tuple[TrainBatch, dict[str, Any]]:

@@ -269,3 +269,42 @@ def test_checkpoints_keep_only_the_newest_n(tmp_path):
     assert sorted(p.name for p in (tmp_path / "checkpoints").glob("step_*")) == ["step_000003", "step_000004"]
     with pytest.raises(ValueError, match="keep must be >= 1"):
         save_checkpoint(tmp_path, 5, model, tok, {}, keep=0)
+
+
+def test_update_policy_and_oracle_gradient_norms(arith):
+    """`TrainBatch.oracle` splits the policy-loss gradient into the policy rows' and the oracle rows' parts."""
+    model, tok = arith
+    model.train()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    p = encode_prompt(tok, "12+3=", raw=True)
+    good, bad = tok("15")["input_ids"] + [tok.eos_token_id], tok("99")["input_ids"] + [tok.eos_token_id]
+    base = TrainBatch([p, p], [good, bad], [[1.0] * len(good), [-1.0] * len(bad)], [[1] * 3, [1] * 3], [1.0, 1.0])
+    plain = update(model, torch.optim.SGD(model.parameters(), lr=0.0), base, LossConfig(), tok.pad_token_id)
+    assert "grad_norm_policy" not in plain  # no oracle flags: nothing extra computed
+    # No oracle rows: the oracle part is exactly 0 and the policy part is the whole gradient.
+    model.load_state_dict(state)
+    none = dataclasses.replace(base, oracle=[False, False])
+    s = update(model, torch.optim.SGD(model.parameters(), lr=0.0), none, LossConfig(), tok.pad_token_id)
+    assert s["grad_norm_oracle"] == 0.0 and s["oracle_token_share"] == 0.0
+    assert s["grad_norm_policy"] == pytest.approx(s["grad_norm"], rel=1e-5)
+    assert s["grad_norm"] == pytest.approx(plain["grad_norm"], rel=1e-6)
+    # The same row twice, once as a policy row and once as an oracle row: each part is half the gradient.
+    model.load_state_dict(state)
+    twin = TrainBatch([p, p], [good, good], [[1.0] * len(good)] * 2, [[1] * 3, [1] * 3], [1.0, 1.0], [False, True])
+    s = update(model, torch.optim.SGD(model.parameters(), lr=0.0), twin, LossConfig(micro_batch=1), tok.pad_token_id)
+    assert s["grad_norm_policy"] == pytest.approx(s["grad_norm"] / 2, rel=1e-5)
+    assert s["grad_norm_oracle"] == pytest.approx(s["grad_norm"] / 2, rel=1e-5)
+    assert s["oracle_token_share"] == 0.5
+    # Only the oracle row carries advantage: the whole gradient is the oracle part's, the policy part is 0.
+    model.load_state_dict(state)
+    only = dataclasses.replace(base, advantages=[[0.0] * 3, [-1.0] * 3], oracle=[False, True])
+    s = update(model, torch.optim.SGD(model.parameters(), lr=0.0), only, LossConfig(), tok.pad_token_id)
+    assert s["grad_norm_policy"] == pytest.approx(0.0, abs=1e-6)  # the whole gradient minus the oracle part
+    assert s["grad_norm_oracle"] == pytest.approx(s["grad_norm"], rel=1e-5) and s["grad_norm"] > 0
+    # With an entropy term the policy part is its own backward pass: the twins still split the policy loss evenly.
+    model.load_state_dict(state)
+    s = update(model, torch.optim.SGD(model.parameters(), lr=0.0), twin, LossConfig(entropy_coef=0.5), tok.pad_token_id)
+    assert s["grad_norm_policy"] == pytest.approx(s["grad_norm_oracle"], rel=1e-5) and s["grad_norm_oracle"] > 0
+    with pytest.raises(ValueError, match="one per row"):
+        update(model, torch.optim.SGD(model.parameters(), lr=0.0), dataclasses.replace(base, oracle=[True]),
+               LossConfig(), tok.pad_token_id)  # fmt: skip
