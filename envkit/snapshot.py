@@ -28,9 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import hashlib
 import inspect
-import pickle
 import uuid
 import weakref
 from collections.abc import Mapping
@@ -42,7 +40,8 @@ import numpy as np
 
 from envkit.capability import SNAPSHOT_KINDS, SnapshotCapability
 from envkit.discard_ledger import DiscardLedger
-from envkit.errors import InvalidActionError, ReplayDivergenceError, ResetNeededError, SnapshotError, check_names
+from envkit.errors import InvalidActionError, ResetNeededError, SnapshotError, check_names
+from envkit.replay import ReplayState, observation_hash, replay
 from envkit.spaces import FreeText
 
 __all__ = [
@@ -97,20 +96,6 @@ class SnapshotEnv(Protocol):
 def _qualname(obj: Any) -> str:
     cls = obj if isinstance(obj, type) else type(obj)
     return f"{cls.__module__}.{cls.__qualname__}"
-
-
-def observation_hash(obs: Any, reward: SupportsFloat | None = None) -> str:
-    """A stable digest of an observation (and optionally the reward that came with it)."""
-    h = hashlib.sha256()
-    if isinstance(obs, str):
-        h.update(b"s" + obs.encode("utf-8", "surrogatepass"))
-    elif isinstance(obs, np.ndarray):
-        h.update(b"a" + str(obs.dtype).encode() + str(obs.shape).encode() + np.ascontiguousarray(obs).tobytes())
-    else:
-        h.update(b"p" + pickle.dumps(obs, protocol=4))
-    if reward is not None:
-        h.update(repr(float(reward)).encode())
-    return h.hexdigest()[:32]
 
 
 class SnapshotEnvBase(gym.Env[str, str]):
@@ -319,44 +304,6 @@ class SnapshotEnvBase(gym.Env[str, str]):
         """Bytes `snapshot` holds outside Python objects (disk layers, engine memory) that discarding it frees;
         a server adds them to the snapshot's charge (`envkit.serve.budget`). Default 0."""
         return 0
-
-
-@dataclass(frozen=True)
-class ReplayState:
-    """How to reach a state by replay: reset with (seed, options), then the actions.
-
-    `hashes[i]` is the hash of the observation (and reward) after `i` actions (``hashes[0]`` after reset).
-    """
-
-    seed: int
-    options: Mapping[str, Any]
-    actions: tuple[str, ...]
-    hashes: tuple[str, ...]
-
-
-def replay(env: gym.Env[Any, Any], state: ReplayState) -> tuple[Any, dict[str, Any]]:
-    """Reset `env` and replay `state.actions`, verifying every observation hash.
-
-    Raises:
-        ReplayDivergenceError: an observation differs from the recorded one (the env is not deterministic
-            under its seed, or the data changed); the message names the step.
-    """
-    obs, info = env.reset(seed=state.seed, options=dict(state.options))
-    got = observation_hash(obs)
-    if got != state.hashes[0]:
-        raise ReplayDivergenceError(
-            f"replay diverged at reset: the observation after reset(seed={state.seed}) differs from the recorded "
-            "one; the env is not deterministic under its seed (or its data changed)"
-        )
-    for i, action in enumerate(state.actions, start=1):
-        obs, reward, _term, _trunc, info = env.step(action)
-        got = observation_hash(obs, reward)
-        if got != state.hashes[i]:
-            raise ReplayDivergenceError(
-                f"replay diverged at step {i} of {len(state.actions)} (action {action!r}): the observation or "
-                "reward differs from the recorded one; the env is not deterministic under its seed"
-            )
-    return obs, info
 
 
 class ReplaySnapshot(gym.Wrapper[Any, Any, Any, Any], gym.utils.RecordConstructorArgs):
