@@ -6,14 +6,17 @@ advantages and loss weights the experience maker computed, and the per-token adv
 script rebuilds the group as the local trainer's `Episode`s (each record's policy episode, `policy_turns`) and SERO
 continuations (each oracle row's ``Turn.oracle`` turns, their l_j), credits it with the local trainer's own
 functions (`envkit.trainers.local.sero.episode_credit` for GraphGPO + SERO, `episode_steps.step_table` +
-`turn_credit` for plain GiGPO / GraphGPO), and checks:
+`turn_credit` for plain GiGPO / GraphGPO, then `envkit.trainers.local.explorers.branch.branch_credit` for a
+branching run's group: its backbones and forks, the tree from each record's ``extra["branch"]``), and checks:
 
 1. every turn's advantage and loss weight equals the local trainer's, bit for bit (policy turns: the episode's
    turn credit; oracle turns: the rescue's credit and reachability weight);
 2. every action token of a turn reached the loss with ``(a_j + kl) * w_j`` (float32: the token tensor's dtype;
-   ``kl`` is OpenRLHF's KL reward tail, 0 with ``--algo.kl.use_loss``), 0 on a row dropped from the loss.
+   ``kl`` is OpenRLHF's KL reward tail, 0 with ``--algo.kl.use_loss``), 0 on a row dropped from the loss;
+3. a fork's prefix turns (its backbone's, before the fork turn) sent no token to the loss (trained once, on the
+   backbone's row).
 
-Checkable: ``--explorer none`` with ``--advantage gigpo|graphgpo`` (``--sero`` or not), ``--adv.terminal-reward`` set
+Checkable: ``--explorer none`` or ``branch`` with ``--advantage gigpo|graphgpo`` (``--sero`` or not), ``--adv.terminal-reward`` set
 (the local trainer rewards success only) and no ``--reward.clip_range``; state key ``observation`` or ``env``.
 
     python scripts/openrlhf_credit_check.py RUN/ckpt/envkit_credit.jsonl     # JSON summary; exit 1 on a mismatch
@@ -36,6 +39,7 @@ from envkit.credit.turn_credit import turn_credit
 from envkit.oracles.continuation import ContinuationOutcome
 from envkit.recorder import EpisodeRecorder
 from envkit.trainers.local.episode_steps import step_table
+from envkit.trainers.local.explorers.branch import branch_credit
 from envkit.trainers.local.multi_turn import AgentConfig, Episode
 from envkit.trainers.local.sero import episode_credit
 from envkit.trainers.openrlhf.config import BackendConfig
@@ -53,8 +57,9 @@ def _info(anchors: dict[str, str] | None, invalid: bool | None = None) -> dict[s
     return out
 
 
-def _episode(i: int, rec: RolloutRecord) -> Episode:
-    """A record's policy episode as the local trainer's `Episode` (with its recorder: the final state too)."""
+def _episode(i: int, rec: RolloutRecord, index: int | None = None) -> Episode:
+    """A record's policy episode as the local trainer's `Episode` (with its recorder: the final state too);
+    `index`: the episode's index in its group (default `i`; a branch group: the row's spec index)."""
     turns = rec.policy_turns()
     if not turns:
         raise ValueError(f"row {i}: a record without turns cannot be credited per turn")
@@ -66,7 +71,7 @@ def _episode(i: int, rec: RolloutRecord) -> Episode:
         recorder.step(None, t.action, t.next_state, t.reward, last and rec.success, False,
                       _info(t.next_anchors, t.invalid))  # fmt: skip
     recorder.stop()
-    e = Episode(0, i, None, [1], [1], [], [], [t.state for t in turns], [t.action for t in turns],
+    e = Episode(0, i if index is None else index, None, [1], [1], [], [], [t.state for t in turns], [t.action for t in turns],
                 [float(t.reward) for t in turns], [bool(t.invalid) for t in turns], done=True, success=rec.success)  # fmt: skip
     e.infos, e.recorder = [_info(t.anchors) for t in turns], recorder
     return e
@@ -87,14 +92,13 @@ def _outcome(i: int, rec: RolloutRecord) -> tuple[ContinuationOutcome, list[floa
 def local_credit(entry: dict[str, Any]) -> list[tuple[list[float], list[float]]]:
     """Per logged row, (advantage, weight) of each of its turns under the local trainer's credit."""
     cfg = BackendConfig.from_json(json.dumps(entry["config"]))
-    if cfg.explorer != "none" or cfg.advantage not in ("gigpo", "graphgpo"):
+    if cfg.explorer not in ("none", "branch") or cfg.advantage not in ("gigpo", "graphgpo"):
         raise ValueError(f"not checkable: --explorer {cfg.explorer} --advantage {cfg.advantage} (see the module doc)")
     records = [RolloutRecord.from_dict(r["record"]) for r in entry["rows"]]
+    if cfg.explorer == "branch":
+        return _branch_credit(cfg, records)
     episodes = [_episode(i, rec) for i, rec in enumerate(records)]
-    shared = SeroOptions(**{f.name: getattr(cfg.sero_opts, f.name) for f in fields(SeroOptions)})
-    sero = widen_options(shared, TrainerSeroOptions, "credit check")  # the SERO options both backends share
-    acfg = AgentConfig(estimator=cfg.advantage, sero=cfg.sero, max_turns=max(len(e.actions) for e in episodes),
-                       adv=cfg.adv, sero_opts=sero)  # fmt: skip
+    acfg = _agent_config(cfg, episodes)
     oracle_rows = [i for i, rec in enumerate(records) if rec.oracle]
     if cfg.sero:
         found = [_outcome(i, records[i]) for i in oracle_rows]
@@ -118,6 +122,34 @@ def local_credit(entry: dict[str, Any]) -> list[tuple[list[float], list[float]]]
     return out
 
 
+def _agent_config(cfg: BackendConfig, episodes: list[Episode]) -> AgentConfig:
+    shared = SeroOptions(**{f.name: getattr(cfg.sero_opts, f.name) for f in fields(SeroOptions)})
+    sero = widen_options(shared, TrainerSeroOptions, "credit check")  # the SERO options both backends share
+    return AgentConfig(estimator=cfg.advantage, sero=cfg.sero, max_turns=max(len(e.actions) for e in episodes),
+                       adv=cfg.adv, sero_opts=sero)  # fmt: skip
+
+
+def _branch_credit(cfg: BackendConfig, records: list[RolloutRecord]) -> list[tuple[list[float], list[float]]]:
+    """A branch group (backbones and forks, each fork's record holding its backbone's prefix turns) credited as
+    the local trainer does: the estimator over every row as a full episode, then `branch_credit` (the tree from
+    each record's ``extra["branch"]``: parent spec index, fork turn)."""
+    episodes, links = [], {}
+    for i, rec in enumerate(records):
+        node = rec.extra.get("branch")
+        if node is None:
+            raise ValueError(f"row {i}: no tree in record.extra['branch'] (not a branching run's row)")
+        episodes.append(_episode(i, rec, index=rec.spec.index))
+        links[(0, rec.spec.index)] = (int(node["parent"]), int(node["fork"]))
+    acfg = _agent_config(cfg, episodes)
+    flat = turn_credit(step_table(episodes, acfg), cfg.advantage, cfg.adv).advantages
+    per_episode, r = [], 0
+    for e in episodes:
+        per_episode.append(np.asarray(flat[r : r + len(e.actions)]))
+        r += len(e.actions)
+    credit, _ = branch_credit(episodes, links, per_episode, cfg.branch_config(), cfg.adv)
+    return [([float(x) for x in a], [1.0] * len(a)) for a in credit]
+
+
 def problems(entry: dict[str, Any]) -> list[str]:
     """What the logged group violates (empty: the loss got the local trainer's credit, value by value)."""
     out: list[str] = []
@@ -131,7 +163,15 @@ def problems(entry: dict[str, Any]) -> list[str]:
             out.append(f"{where}: per-turn advantages {row['per_turn']} != local trainer's {adv}")
         if row["weights"] != w:
             out.append(f"{where}: loss weights {row['weights']} != local trainer's {w}")
+        node = row["record"].get("extra", {}).get("branch") or {}
+        prefix = int(node.get("turn", 0)) if row["record"]["spec"].get("fork") else 0
         for j, (values, kls) in enumerate(zip(row["loss_tokens"], row["kl_tails"], strict=True)):
+            if j < prefix and values:  # a fork's prefix is trained once, on its backbone's row
+                out.append(f"{where} turn {j}: a fork's prefix turn reached the loss ({len(values)} tokens)")
+                continue
+            if len(values) != len(kls):
+                out.append(f"{where} turn {j}: {len(values)} loss tokens but {len(kls)} KL tails")
+                continue
             want = np.array([(adv[j] + k) * w[j] if row["keep"] else 0.0 for k in kls])
             got = np.array(values)
             if len(got) and not np.allclose(got, want, rtol=TOKEN_RTOL, atol=TOKEN_RTOL):
@@ -140,7 +180,8 @@ def problems(entry: dict[str, Any]) -> list[str]:
 
 
 def check_file(path: Path) -> dict[str, Any]:
-    """Summary of a credit log: entries, rows, turns, oracle turns and tokens checked, and every problem."""
+    """Summary of a credit log: entries, rows, turns, oracle turns, branch forks (with a prefix shared with their
+    backbone: ``prefix_forks``) and tokens checked, and every problem."""
     entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     found = [p for e in entries for p in problems(e)]
     rows = [r for e in entries for r in e["rows"]]
@@ -148,6 +189,8 @@ def check_file(path: Path) -> dict[str, Any]:
     return {
         "entries": len(entries), "rows": len(rows), "turns": len(turns),
         "oracle_turns": sum(bool(t.get("oracle")) for t in turns),
+        "forks": sum(bool(r["record"]["spec"].get("fork")) for r in rows),
+        "prefix_forks": sum(int((r["record"].get("extra", {}).get("branch") or {}).get("parent", -1)) >= 0 for r in rows),
         "tokens": sum(len(v) for r in rows for v in r["loss_tokens"]), "problems": found,
     }  # fmt: skip
 

@@ -4,7 +4,7 @@ Each arm starts the real command line (``python -m envkit.trainers.cli openrlhf 
 on a tiny random Llama (byte tokenizer, ~0.5M parameters, saved locally: no download), then reads the run's own
 outputs: OpenRLHF's per-step status lines (``Global step N: {...}``), envkit's weight-check log
 (``envkit_weight_sync.jsonl``: per-tensor checksums of actor vs engine after every broadcast, probe log-probs),
-the credit log of the SERO arm (``envkit_credit.jsonl``, ``--credit-log``: one group per step recomputed with the local
+the credit log of the SERO and branching arms (``envkit_credit.jsonl``, ``--credit-log``: one group per step recomputed with the local
 trainer's credit by scripts/openrlhf_credit_check.py, value by value) and the checkpoint folder. Peak memory: the largest sums of RSS and of PSS over the run's process tree (sampled every second).
 
     python scripts/openrlhf_e2e.py --arm grpo_math --out runs/openrlhf_e2e            # CPU (adds --cpu)
@@ -88,7 +88,19 @@ ARMS: dict[str, dict[str, Any]] = {
         "n": 4,
     },
     "branch_toy": {
-        "ours": ["--explorer", "branch", "--advantage", "graphgpo", "--env", "envkit/Toy-v0", "--max-turns", "4"],
+        "ours": [  # --credit-log: one group of backbones and forks per step, checked like the SERO arm's
+            "--explorer",
+            "branch",
+            "--advantage",
+            "graphgpo",
+            "--env",
+            "envkit/Toy-v0",
+            "--max-turns",
+            "4",
+            "--credit-log",
+            "--adv.terminal-reward",
+            "10",
+        ],
         "prompt": "Move to the goal. {obs}\nAction:",
         "n": 4,
         "max_len": 1024,  # byte tokens: a Toy observation is ~100 tokens a turn
@@ -240,8 +252,9 @@ def run_arm(arm: str, out: Path, device: str, timeout: float, iterations: int = 
     return summary
 
 
-#: Arms whose credit log (``--credit-log``) must match the local trainer's credit, oracle turns included.
-CREDIT_ARMS = ("gigpo_sero_toy",)
+#: Arms whose credit log (``--credit-log``) must match the local trainer's credit: oracle turns (SERO) and forks
+#: with a prefix shared with their backbone (branching) included.
+CREDIT_ARMS = ("gigpo_sero_toy", "branch_toy")
 
 
 def _credit_checker() -> Any:
@@ -315,8 +328,10 @@ def problems(summary: dict[str, Any], iterations: int = 2) -> list[str]:
             out.append(f"credit log: {credit and credit['entries']} entries < {iterations} (--credit-log wrote none?)")
         else:
             out += [f"credit: {p}" for p in credit["problems"]]
-            if not credit["oracle_turns"]:
+            if summary["arm"] == "gigpo_sero_toy" and not credit["oracle_turns"]:
                 out.append("credit log: no oracle turn in the logged groups: SERO's rows were not compared")
+            if summary["arm"] == "branch_toy" and not credit["forks"]:
+                out.append("credit log: no fork in the logged groups: the branch credit was not compared")
     resumed = summary.get("resume")
     if resumed is not None and resumed["rc"] == 0:
         last = [e for e in summary["run"]["syncs"] if e["event"] == "sync"][-1]

@@ -2,12 +2,12 @@
 
 With ``BackendConfig.credit_log`` the experience maker (`envkit.trainers.openrlhf.experience`) writes, after each
 step's advantages, one JSON line to ``--ckpt.output_dir``: the backend config, and for one group (`pick_group`: the
-first holding a SERO oracle row, else the first with turns) every row's record (`RolloutRecord.to_dict`), its
+first holding a SERO oracle row, else one holding a branch fork with a shared prefix, else the first with turns) every row's record (`RolloutRecord.to_dict`), its
 per-turn advantages and loss weights (`TurnAdvantages`), whether it stayed in the loss, and per turn the values of
 the per-token advantage tensor the loss receives (``Experience.advantages`` over the turn's action tokens) with the
 KL part of each (OpenRLHF's per-token KL reward tail; 0 with ``--algo.kl.use_loss``). A checker recomputes the group
 with the local trainer's credit and compares value by value (scripts/openrlhf_credit_check.py; the end-to-end
-test runs it on the SERO arm).
+test runs it on the SERO and branching arms).
 """
 
 from __future__ import annotations
@@ -32,10 +32,15 @@ TokenValues = list[tuple[list[float], list[float]]]
 
 
 def pick_group(rows: Sequence[SampleRow], groups: Sequence[Hashable]) -> Hashable | None:
-    """The group to log: the first holding a SERO oracle row, else the first with turns (None: no turns)."""
+    """The group to log: the first holding a SERO oracle row, else the first holding a branch fork that shares a
+    prefix with its backbone (``--explorer branch``), else the first with turns (None: no turns)."""
     with_turns = [g for r, g in zip(rows, groups, strict=True) if r.turns]
     oracle = [g for r, g in zip(rows, groups, strict=True) if r.record is not None and r.record.oracle]
-    return (oracle or with_turns or [None])[0]
+    forked = [
+        g for r, g in zip(rows, groups, strict=True)
+        if r.record is not None and r.turns and int(r.record.extra.get("branch", {}).get("parent", -1)) >= 0
+    ]  # fmt: skip
+    return (oracle or forked or with_turns or [None])[0]
 
 
 def turn_token_values(

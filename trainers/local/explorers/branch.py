@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import defaultdict
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -46,9 +47,10 @@ from envkit.trainers.local.multi_turn import (
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+    from envkit.credit.advantage_options import AdvantageOptions
     from envkit.trainers.local.config import TrainConfig
 
-__all__ = ["AgentBranchDriver", "branch_config", "decision_entropies", "fork"]
+__all__ = ["AgentBranchDriver", "branch_config", "branch_credit", "decision_entropies", "fork"]
 
 
 def branch_config(base: Any, **branch: Any) -> Any:
@@ -115,6 +117,61 @@ def fork(backbone: Episode, turn: int, env: Any, index: int) -> Episode:
     ep.seed = backbone.seed
     ep.infos = list(backbone.infos[: turn + 1])  # one per state of the prefix (their exact state keys)
     return ep
+
+
+def branch_credit(
+    episodes: Sequence[Episode],
+    links: Mapping[tuple[int, int], tuple[int, int]],
+    turn_advantages: Sequence[np.ndarray],
+    cfg: BranchConfig,
+    adv: AdvantageOptions,
+) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """Per episode, ``estimator_weight * turn_advantages + loo_weight * (the tree's leave-one-out advantages)``,
+    and the credit's diagnostics (docs/methods.md section 8). Pure: the local trainer's branch credit, which
+    scripts/openrlhf_credit_check.py also applies to an OpenRLHF run's logged group.
+
+    Args:
+        episodes: Backbones and forks (any order); a group's tree is over its episodes in index order.
+        links: ``(group, index) -> (parent index or -1, fork turn)`` of every episode (a backbone and a fork at
+            turn 0: ``(-1, 0)``).
+        turn_advantages: Per episode, the estimator's advantage of each of its turns (a fork: its prefix too).
+        cfg: The branch settings (the two weights).
+        adv: The advantage options: ``terminal_reward * success`` is an episode's return, ``norm`` and ``eps``
+            normalise the leave-one-out values.
+    """
+    out = list(turn_advantages)
+    groups: dict[int, list[int]] = defaultdict(list)
+    for i, e in enumerate(episodes):
+        groups[e.group].append(i)
+    mass, owned, nonzero, decisions = 0.0, 0, 0, 0
+    for members in groups.values():
+        members.sort(key=lambda i: episodes[i].index)
+        local = {episodes[i].index: k for k, i in enumerate(members)}
+        parent, forks = [], []
+        for i in members:
+            p, t = links[(episodes[i].group, episodes[i].index)]
+            parent.append(-1 if p < 0 else local[p])
+            forks.append(t)
+        tree = BranchTree(
+            parent=tuple(parent), fork=tuple(forks), length=tuple(len(episodes[i].actions) for i in members),
+            returns=tuple(float(adv.terminal_reward or 0.0) * float(episodes[i].success) for i in members),
+        )  # fmt: skip
+        credit = loo_advantages(tree, norm=adv.norm, eps=adv.eps)
+        decisions += credit.decisions
+        for k, i in enumerate(members):
+            loo = credit.advantages[k]
+            out[i] = cfg.estimator_weight * np.asarray(turn_advantages[i], dtype=np.float64) + cfg.loo_weight * loo
+            mine = np.abs(loo[forks[k] :])
+            mass += float(mine.sum())
+            owned += len(mine)
+            nonzero += int((mine > 0).sum())
+    stats = {
+        "branch_decisions": decisions,
+        "branch_loo_mass": mass,
+        "branch_loo_abs_mean": mass / max(owned, 1),
+        "branch_loo_nonzero_share": nonzero / max(owned, 1),
+    }
+    return out, stats
 
 
 class AgentBranchDriver(AgentExplorer):
@@ -279,42 +336,9 @@ class AgentBranchDriver(AgentExplorer):
     def postprocess(
         self, episodes: list[Episode], turn_advantages: list[np.ndarray]
     ) -> tuple[list[np.ndarray], dict[str, Any]]:
-        """Estimator advantages plus the tree's leave-one-out sibling advantages (see the module docstring)."""
-        cfg, adv = self.cfg, self.agent.adv
-        out = list(turn_advantages)
-        groups: dict[int, list[int]] = defaultdict(list)
-        for i, e in enumerate(episodes):
-            groups[e.group].append(i)
-        mass, owned, nonzero, decisions = 0.0, 0, 0, 0
-        for members in groups.values():
-            members.sort(key=lambda i: episodes[i].index)
-            local = {episodes[i].index: k for k, i in enumerate(members)}
-            parent, forks = [], []
-            for i in members:
-                p, t = self._links[(episodes[i].group, episodes[i].index)]
-                parent.append(-1 if p < 0 else local[p])
-                forks.append(t)
-            tree = BranchTree(
-                parent=tuple(parent), fork=tuple(forks), length=tuple(len(episodes[i].actions) for i in members),
-                returns=tuple(float(adv.terminal_reward or 0.0) * float(episodes[i].success) for i in members),
-            )  # fmt: skip
-            credit = loo_advantages(tree, norm=adv.norm, eps=adv.eps)
-            decisions += credit.decisions
-            for k, i in enumerate(members):
-                loo = credit.advantages[k]
-                out[i] = cfg.estimator_weight * np.asarray(turn_advantages[i], dtype=np.float64) + cfg.loo_weight * loo
-                mine = np.abs(loo[forks[k] :])
-                mass += float(mine.sum())
-                owned += len(mine)
-                nonzero += int((mine > 0).sum())
-        stats = {
-            **self._stats,
-            "branch_decisions": decisions,
-            "branch_loo_mass": mass,
-            "branch_loo_abs_mean": mass / max(owned, 1),
-            "branch_loo_nonzero_share": nonzero / max(owned, 1),
-        }
-        return out, stats
+        """Estimator advantages plus the tree's leave-one-out sibling advantages (`branch_credit`)."""
+        out, stats = branch_credit(episodes, self._links, turn_advantages, self.cfg, self.agent.adv)
+        return out, {**self._stats, **stats}
 
     def state_dict(self) -> dict[str, Any]:
         return {}

@@ -1,0 +1,107 @@
+"""``--credit-log`` on a branching run (``--explorer branch``): the experience maker logs a group of backbones and
+forks with the advantages the loss got, and scripts/openrlhf_credit_check.py recomputes it with the local trainer's
+branch credit (`envkit.trainers.local.explorers.branch.branch_credit`), value by value (issue 34).
+
+Here the real `EnvkitExperienceMaker` (real OpenRLHF ``Experience`` objects, KL in the reward) credits a batch of two
+branch groups laid out as the rollout actor makes them (a fork's tokens: its backbone's up to the fork turn, then its
+own; its action mask: its own turns only). The first group forks at turn 0 only (no shared prefix); the second has
+two forks of backbone 0 at turn 1, so the logged group is the second. The end-to-end branching arm
+(tests/trainers/openrlhf/test_openrlhf_e2e.py) runs the same check on a real ``train_ppo_ray`` run.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from envkit.credit.advantage_options import AdvantageOptions
+from envkit.trainers.explorers.branch import BranchConfig
+from envkit.trainers.openrlhf.config import BackendConfig
+from envkit.trainers.openrlhf.credit_log import CREDIT_LOG
+from envkit.trainers.openrlhf.rollout_records import RolloutRecord, RolloutSpec, Turn
+from tests.trainers.openrlhf.test_openrlhf_credit_log import _anchors, _checker
+from tests.trainers.openrlhf.test_openrlhf_experience import _experiences, _makers
+
+# per group, per row in spec order: (states before each action + the final one, actions, success, tree)
+ROOT = {"parent": -1, "fork": 0}
+GROUPS = {
+    "g0": [  # forks at turn 0: more roots, no shared prefix
+        (["A", "B", "W"], ["a", "win"], True, ROOT),
+        (["A", "D", "E"], ["c", "d"], False, ROOT),
+        (["A", "D", "W"], ["c", "win"], True, {**ROOT, "source": 1, "turn": 0}),
+        (["A", "E", "F"], ["e", "f"], False, {**ROOT, "source": 0, "turn": 0}),
+    ],
+    "g1": [  # two forks of backbone 0 at turn 1: a fork's record holds the backbone's prefix turn
+        (["A", "B", "C", "W"], ["a", "b", "win"], True, ROOT),
+        (["A", "D", "E", "F"], ["c", "d", "e"], False, ROOT),
+        (["A", "B", "X", "Y"], ["a", "x", "y"], False, {"parent": 0, "fork": 1, "source": 0, "turn": 1}),
+        (["A", "B", "C", "D"], ["a", "b", "d"], False, {"parent": 0, "fork": 1, "source": 0, "turn": 1}),
+    ],
+}
+ADV = AdvantageOptions(gamma_g=0.3, beta_g=0.8, beta_e=1.3, invalid_penalty=0.25, reward_scale=7.0, terminal_reward=10)
+BRANCH = BranchConfig(points=1, branches=2, backbones=2, loo_weight=2.0, estimator_weight=0.5)
+
+
+def _records() -> list[dict]:
+    out = []
+    for group, rows in GROUPS.items():
+        for i, (states, actions, success, tree) in enumerate(rows):
+            turns = tuple(
+                Turn(states[t], a, float(success and t == len(actions) - 1), False, 5 + 4 * t, 7 + 4 * t,
+                     next_state=states[t + 1], anchors=_anchors(states[t]), next_anchors=_anchors(states[t + 1]))
+                for t, a in enumerate(actions)
+            )  # fmt: skip
+            node = {**tree, "entropy": 0.5, "restored": "native"} if i >= 2 else {**tree, "nll": [0.1] * len(actions)}
+            spec = RolloutSpec(group, i, fork=i >= 2)
+            out.append(RolloutRecord(spec, turns, success, 10.0 * success, extra={"branch": node}).to_dict())
+    return out
+
+
+def _logged(strategy_factory, tmp_path: Path) -> Path:
+    cfg = BackendConfig(explorer="branch", env_id="envkit/Toy-v0", n_samples_per_prompt=4, max_turns=3,
+                        advantage="graphgpo", adv=ADV, branch=BRANCH, credit_log=True)  # fmt: skip
+    records = _records()
+    exps = _experiences([10.0 * r["success"] for r in records], [4 * len(r["turns"]) for r in records],
+                        records=records)  # fmt: skip
+    for i, rec in enumerate(records):  # a fork trains its own turns only: its prefix is out of its action mask
+        exp, b = exps[i // 2], i % 2
+        for turn in rec["turns"][: rec["extra"]["branch"].get("turn", 0) if rec["spec"]["fork"] else 0]:
+            exp.action_mask[b, turn["start"] - 1 : turn["end"] - 1] = False
+    _, maker = _makers(strategy_factory(4, ("--ckpt.output_dir", str(tmp_path))), cfg)
+    maker.compute_advantages_and_returns(exps)
+    return tmp_path / CREDIT_LOG
+
+
+def _tampered(log: Path, path: tuple, value) -> dict:
+    bad = json.loads(log.read_text())
+    target = bad
+    for k in path[:-1]:
+        target = target[k]
+    target[path[-1]] = value
+    return bad
+
+
+def test_the_logged_branch_group_reached_the_loss_with_the_local_trainers_credit(strategy_factory, tmp_path):
+    check = _checker()
+    log = _logged(strategy_factory, tmp_path)
+    summary = check.check_file(log)
+    assert summary["problems"] == []
+    entry = json.loads(log.read_text())
+    assert entry["group"] == "g1" and [r["record"]["spec"]["index"] for r in entry["rows"]] == [0, 1, 2, 3]
+    # every own turn's two action tokens were compared; a fork's prefix turn sent none
+    assert [[len(v) for v in r["loss_tokens"]] for r in entry["rows"]] == [[2, 2, 2], [2, 2, 2], [0, 2, 2], [0, 2, 2]]
+    assert any(k != 0.0 for r in entry["rows"] for ks in r["kl_tails"] for k in ks)  # KL in the reward: compared too
+    # the tree's term is in what the loss got: without it (or with another tree) the local credit differs
+    assert check.problems(_tampered(log, ("config", "branch", "loo_weight"), 0.0))
+    assert check.problems(_tampered(log, ("rows", 3, "record", "extra", "branch", "parent"), -1))
+    # a tampered value is caught: a fork's own turn credit, one token of a fork's turn, a token on a fork's prefix
+    for path, value in (
+        (("rows", 2, "per_turn", 1), 0.5),
+        (("rows", 3, "loss_tokens", 2, 0), 3.0),
+        (("rows", 2, "loss_tokens", 0), [0.1, 0.1]),
+    ):
+        assert check.problems(_tampered(log, path, value)), f"tampered {path} went unnoticed"
