@@ -107,7 +107,7 @@ def local_credit(entry: dict[str, Any]) -> list[tuple[list[float], list[float]]]
         )
         policy = res.policy.advantages
     else:
-        policy = turn_credit(step_table(episodes, acfg), cfg.advantage, cfg.adv).advantages
+        policy = turn_credit(step_table(episodes, acfg), cfg.advantage, acfg.adv).advantages
     out, r = [], 0
     for i, (rec, e) in enumerate(zip(records, episodes, strict=True)):
         own = [float(x) for x in policy[r : r + len(e.actions)]]
@@ -125,8 +125,10 @@ def local_credit(entry: dict[str, Any]) -> list[tuple[list[float], list[float]]]
 def _agent_config(cfg: BackendConfig, episodes: list[Episode]) -> AgentConfig:
     shared = SeroOptions(**{f.name: getattr(cfg.sero_opts, f.name) for f in fields(SeroOptions)})
     sero = widen_options(shared, TrainerSeroOptions, "credit check")  # the SERO options both backends share
+    # adv with gamma_g resolved (unset: the env's), as the local trainer's `AgentConfig.for_env` does (the shared
+    # `resolve_env_settings`); the raw cfg.adv would credit with GraphGPO's fallback 0.1 instead
     return AgentConfig(estimator=cfg.advantage, sero=cfg.sero, max_turns=max(len(e.actions) for e in episodes),
-                       adv=cfg.adv, sero_opts=sero)  # fmt: skip
+                       adv=cfg.credit_options, sero_opts=sero)  # fmt: skip
 
 
 def _branch_credit(cfg: BackendConfig, records: list[RolloutRecord]) -> list[tuple[list[float], list[float]]]:
@@ -141,12 +143,12 @@ def _branch_credit(cfg: BackendConfig, records: list[RolloutRecord]) -> list[tup
         episodes.append(_episode(i, rec, index=rec.spec.index))
         links[(0, rec.spec.index)] = (int(node["parent"]), int(node["fork"]))
     acfg = _agent_config(cfg, episodes)
-    flat = turn_credit(step_table(episodes, acfg), cfg.advantage, cfg.adv).advantages
+    flat = turn_credit(step_table(episodes, acfg), cfg.advantage, acfg.adv).advantages
     per_episode, r = [], 0
     for e in episodes:
         per_episode.append(np.asarray(flat[r : r + len(e.actions)]))
         r += len(e.actions)
-    credit, _ = branch_credit(episodes, links, per_episode, cfg.branch_config(), cfg.adv)
+    credit, _ = branch_credit(episodes, links, per_episode, cfg.branch_config(), acfg.adv)
     return [([float(x) for x in a], [1.0] * len(a)) for a in credit]
 
 

@@ -11,6 +11,7 @@ two forks of backbone 0 at turn 1, so the logged group is the second. The end-to
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -61,9 +62,9 @@ def _records() -> list[dict]:
     return out
 
 
-def _logged(strategy_factory, tmp_path: Path) -> Path:
-    cfg = BackendConfig(explorer="branch", env_id="envkit/Toy-v0", n_samples_per_prompt=4, max_turns=3,
-                        advantage="graphgpo", adv=ADV, branch=BRANCH, credit_log=True)  # fmt: skip
+def _logged(strategy_factory, tmp_path: Path, env_id: str = "envkit/Toy-v0", adv: AdvantageOptions = ADV) -> Path:
+    cfg = BackendConfig(explorer="branch", env_id=env_id, n_samples_per_prompt=4, max_turns=3,
+                        advantage="graphgpo", adv=adv, branch=BRANCH, credit_log=True)  # fmt: skip
     records = _records()
     exps = _experiences([10.0 * r["success"] for r in records], [4 * len(r["turns"]) for r in records],
                         records=records)  # fmt: skip
@@ -85,9 +86,15 @@ def _tampered(log: Path, path: tuple, value) -> dict:
     return bad
 
 
-def test_the_logged_branch_group_reached_the_loss_with_the_local_trainers_credit(strategy_factory, tmp_path):
+# gamma_g unset: both trainers take the env's (MiniShop 0.2, not GraphGPO's fallback 0.1); the check must too
+@pytest.mark.parametrize(
+    ("env_id", "adv"), [("envkit/Toy-v0", ADV), ("envkit/MiniShop-v0", dataclasses.replace(ADV, gamma_g=None))]
+)
+def test_the_logged_branch_group_reached_the_loss_with_the_local_trainers_credit(
+    strategy_factory, tmp_path, env_id, adv
+):
     check = _checker()
-    log = _logged(strategy_factory, tmp_path)
+    log = _logged(strategy_factory, tmp_path, env_id, adv)
     summary = check.check_file(log)
     assert summary["problems"] == []
     entry = json.loads(log.read_text())
