@@ -4,29 +4,10 @@ horizon (as the local trainer and envkit-oracle do), without --sero only the env
 from __future__ import annotations
 
 import asyncio
-import json
-from types import SimpleNamespace
 
 import pytest
 
-LABEL = json.dumps({"seed": 0, "options": {"goal": 2, "length": 4}})
-
-
-class StayActor:
-    """Policy that never moves ('stay')."""
-
-    def __init__(self, tokenizer):
-        self.tok = tokenizer
-
-    async def generate(self, tokens, params, multi_modal_data=None):
-        ids = self.tok("stay" + self.tok.eos_token, add_special_tokens=False)["input_ids"]
-        lps = [{t: SimpleNamespace(logprob=-0.2)} for t in ids]
-        return SimpleNamespace(
-            outputs=[SimpleNamespace(token_ids=ids, text=self.tok.decode(ids), finish_reason="stop", logprobs=lps)]
-        )
-
-    async def prompt_logprobs(self, tokens):
-        return [-0.1] * (len(tokens) - 1)
+from tests.trainers.openrlhf.test_openrlhf_sero import LABEL, StayActor
 
 
 @pytest.mark.parametrize(("sero", "turns", "reason"), [(False, 30, "env_truncated"), (True, 20, "max_turns")])
