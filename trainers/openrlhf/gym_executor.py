@@ -38,6 +38,7 @@ from envkit.core import env_success
 from envkit.credit.state_keys import AnchorTracker
 from envkit.lifetime import discard_many
 from envkit.recorder import EpisodeRecorder
+from envkit.snapshot import snapshot_env
 from envkit.trainers.openrlhf.config import BackendConfig
 from envkit.trainers.openrlhf.executor_contract import RolloutTask
 from envkit.trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord, RolloutSpec, Turn
@@ -187,7 +188,7 @@ class GymAgentExecutor(AgentExecutorBase):
             action = clean_action(out.text, tokenizer)
             start, end = len(tokens), len(tokens) + len(action_tokens)
             state = str(obs)
-            snap = await asyncio.to_thread(env.snapshot) if episode is not None else None  # type: ignore[attr-defined]
+            snap = await asyncio.to_thread(snapshot_env(env).snapshot) if episode is not None else None
             obs, reward, terminated, env_trunc, info = await asyncio.to_thread(env.step, action)
             if episode is not None:
                 episode.recorder.step(snap, action, obs, reward, terminated, env_trunc, info)
@@ -220,7 +221,7 @@ class GymAgentExecutor(AgentExecutorBase):
         extra: dict[str, Any] = {}
         if episode is not None:
             rec = episode.recorder  # the final state only when this loop cut the episode (envkit.recorder)
-            rec.stop(await asyncio.to_thread(env.snapshot) if rec.wants_final_snapshot else None)  # type: ignore[attr-defined]
+            rec.stop(await asyncio.to_thread(snapshot_env(env).snapshot) if rec.wants_final_snapshot else None)
             extra["episode"] = f"e{next(self._ids)}"
             self._episodes[extra["episode"]] = episode
             if branch:  # kept with its episode until finish_group (ALFWorld's snapshots are instance-scoped)
