@@ -30,6 +30,7 @@ from openrlhf.trainer.ray.vllm_engine import RolloutRayActor
 from openrlhf.trainer.ray.vllm_worker_wrap import WorkerWrap
 
 from envkit.trainers.openrlhf.config import BackendConfig
+from envkit.trainers.openrlhf.executor_contract import GenerationContext
 from envkit.trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord, RolloutSpec
 
 if TYPE_CHECKING:
@@ -295,8 +296,8 @@ async def run_planned(
 
     responses = list(await asyncio.gather(*(one(s) for s in parsed)))
     finish = getattr(executor, "finish_group", None)
-    if finish is not None:
-        responses = await finish(responses, actor, hf_tokenizer, max_length, sampling_params)
+    if finish is not None:  # the group's context, built once: the actor generates and scores its extra rows
+        responses = await finish(responses, GenerationContext(actor, hf_tokenizer, max_length, sampling_params))
     return responses
 
 
