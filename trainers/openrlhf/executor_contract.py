@@ -74,7 +74,9 @@ class TokenEngine(Protocol):
     """What generates a row's tokens and scores them: OpenRLHF's ``llm_engine`` for one rollout
     (`envkit.trainers.openrlhf.rollout_actor.SpecEngine`), or the rollout actor itself when a group is finished."""
 
-    async def generate(self, prompt_token_ids: list[int], sampling_params: SamplingParams) -> RequestOutput: ...
+    async def generate(
+        self, prompt_token_ids: list[int], sampling_params: SamplingParams, multi_modal_data: object = None
+    ) -> RequestOutput: ...
 
     async def prompt_logprobs(self, prompt_token_ids: list[int]) -> list[float]:
         """Per token of the prompt after the first, its log-prob under the live policy."""
