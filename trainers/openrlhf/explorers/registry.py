@@ -7,8 +7,7 @@ counterpart is `envkit.trainers.local.explorers.registry`.
 
 from __future__ import annotations
 
-import difflib
-
+from envkit.errors import closest
 from envkit.trainers.openrlhf.config import BackendConfig
 from envkit.trainers.openrlhf.explorers.base import Explorer
 from envkit.trainers.openrlhf.explorers.branch import BranchExplorer
@@ -30,14 +29,14 @@ def explorer_class(name: str) -> type[Explorer]:
     Raises:
         ValueError: no explorer of that name (the message lists the known ones and the closest).
     """
-    if name not in EXPLORERS:
-        known = sorted(EXPLORERS)
-        hint = difflib.get_close_matches(name, known, n=1)
+    cls = EXPLORERS.get(name)
+    if cls is None:
+        hint = closest(name, EXPLORERS)
+        guess = f"; did you mean {hint!r}?" if hint else ""
         raise ValueError(
-            f"--explorer {name!r}: no OpenRLHF explorer of that name" + (f"; did you mean {hint[0]!r}?" if hint else "")
-            + f" (known: {', '.join(known)})"
-        )  # fmt: skip
-    return EXPLORERS[name]
+            f"--explorer {name!r}: no OpenRLHF explorer of that name{guess} (known: {', '.join(sorted(EXPLORERS))})"
+        )
+    return cls
 
 
 def make_explorer(config: BackendConfig) -> Explorer:
