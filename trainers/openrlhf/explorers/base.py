@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import numpy as np
 
@@ -43,7 +43,7 @@ def plain_specs(group: str, n: int) -> list[RolloutSpec]:
 
 def row_level(rows: Sequence[SampleRow], groups: list[Hashable], cfg: BackendConfig) -> np.ndarray:
     """One group-normalised advantage per row from OpenRLHF's rewards (``--adv.norm``: std or mean only)."""
-    estimator = "grpo" if cfg.adv.norm == "std" else "grpo_mean"
+    estimator: Literal["grpo", "grpo_mean"] = "grpo" if cfg.adv.norm == "std" else "grpo_mean"
     return group_advantages([r.reward for r in rows], groups, estimator, eps=cfg.adv.eps)
 
 
