@@ -21,6 +21,8 @@ from envkit.trainers.explorers.eden import (
     build_anchor_bank,
     draw_noisy_rows,
     eden_advantages,
+    eden_turn_credit,
+    kept_share,
     noisy_mask,
     noisy_temperature,
     perturb,
@@ -235,3 +237,23 @@ def test_candidates_and_bank_from_a_real_tokenizer_and_embedding_table():
     )
     cos = bank.cosine_matrix()[np.triu_indices(8, 1)]
     assert len(bank) == 8 and np.all(cos < 0.5)
+
+
+def test_eden_turn_credit_exact():
+    # per-turn advantages of 6 rows (rows 2..5 noisy); mean |A| of the noisy rows: 0.3, 1.0, 0.0 (no turns), 0.5
+    turns = [np.array([0.2, -0.4]), np.array([1.0]), np.array([0.1, -0.5]), np.array([1.0, -1.0]), np.array([]),
+             np.array([0.5])]  # fmt: skip
+    noisy = np.array([0, 0, 1, 1, 1, 1], dtype=bool)
+    success = [True, False, False, True, False, True]
+    res = eden_turn_credit(turns, noisy, success, EdenConfig(n_noisy=4, top_p=0.5, gamma=0.5))
+    # top 50% of 4 noisy rows = 2: rows 3 (1.0) and 5 (0.5) kept x gamma; rows 2, 4 dropped (0, out of the loss)
+    want = [[0.2, -0.4], [1.0], [0.0, 0.0], [0.5, -0.5], [], [0.25]]
+    for got, w in zip(res.per_turn, want, strict=True):
+        np.testing.assert_allclose(got, w)
+    np.testing.assert_array_equal(res.loss_mask, [1, 1, 0, 1, 0, 1])
+    assert res.stats == {
+        "eden_noisy_kept_share": 0.5,
+        "eden_noisy_success_rate": 0.5,
+        "eden_standard_success_rate": 0.5,
+    }
+    assert kept_share(res.loss_mask, noisy) == 0.5 and kept_share([True, True], [False, False]) == 0.0

@@ -12,6 +12,9 @@ API summary (numpy; the engines that generate and score live in trainers/local/t
     select_noisy(advantages (N,), noisy_mask (N,), top_p) -> keep (N,) bool    batch-wide top-p |A| of noisy rows
     absorb(advantages, noisy_mask, keep, gamma) -> (advantages (N,), loss_mask (N,) bool)
     eden_advantages(rewards, group_ids, noisy_mask, config) -> EdenResult  normalise over the mixed group + absorb
+    eden_turn_credit(turn_advantages, noisy_mask, success, config) -> EdenTurnResult   per-turn estimators: rank
+                   each row by mean |turn advantage|, select + absorb (both trainers' one composition)
+    kept_share(keep, noisy_mask) -> float                                  share of noisy rows kept in the loss
 
 How a trainer uses it, per step: draw ``rows = draw_noisy_rows(bank, P, cfg, rng)``; generate the K_r standard
 rollouts of each prompt at ``tau_r`` and the K_n noisy ones at ``noisy_temperature(step)`` from the prompt's
@@ -44,12 +47,16 @@ __all__ = [
     "EdenBankConfig",
     "EdenConfig",
     "EdenResult",
+    "EdenTurnResult",
     "NoisyDraw",
     "absorb",
     "build_anchor_bank",
     "draw_noisy_rows",
     "eden_advantages",
+    "eden_turn_credit",
+    "kept_share",
     "noisy_mask",
+    "noisy_stats",
     "noisy_temperature",
     "perturb",
     "row_temperatures",
@@ -350,11 +357,59 @@ def eden_advantages(
     raw = group_advantages(r, group_ids, estimator)  # type: ignore[arg-type]
     keep = select_noisy(raw, m, config.top_p)
     adv, loss_mask = absorb(raw, m, keep, config.gamma)
-    n_noisy = int(m.sum())
-    stats = {
-        "eden_noisy_kept_share": float((keep & m).sum() / n_noisy) if n_noisy else 0.0,
-        "eden_noisy_success_rate": float((r[m] > 0).mean()) if n_noisy else 0.0,
-        "eden_standard_success_rate": float((r[~m] > 0).mean()) if (~m).any() else 0.0,
-        "zero_adv_fraction": zero_advantage_fraction(raw, group_ids),
-    }
+    stats = {**noisy_stats(keep, m, r > 0), "zero_adv_fraction": zero_advantage_fraction(raw, group_ids)}
     return EdenResult(adv, loss_mask, raw, stats)
+
+
+def kept_share(keep: Any, noisy: Any) -> float:
+    """Share of the noisy rows that stay in the loss (``eden_noisy_kept_share``; 0 without noisy rows)."""
+    m = np.asarray(noisy, dtype=bool)
+    n_noisy = int(m.sum())
+    return float((np.asarray(keep, dtype=bool) & m).sum() / n_noisy) if n_noisy else 0.0
+
+
+def noisy_stats(keep: Any, noisy: Any, success: Any) -> dict[str, float]:
+    """EDEN's per-batch diagnostics (docs/metrics.md): `kept_share` and the success rates of the noisy and the
+    standard rows."""
+    m = np.asarray(noisy, dtype=bool)
+    ok = np.asarray(success, dtype=bool)
+    return {
+        "eden_noisy_kept_share": kept_share(keep, m),
+        "eden_noisy_success_rate": float(ok[m].mean()) if m.any() else 0.0,
+        "eden_standard_success_rate": float(ok[~m].mean()) if (~m).any() else 0.0,
+    }
+
+
+@dataclass(frozen=True, eq=False)
+class EdenTurnResult:
+    """EDEN's credit on per-turn advantages (`eden_turn_credit`).
+
+    Attributes:
+        per_turn: Per row, its turn advantages scaled by absorb (kept noisy rows x gamma, dropped ones 0).
+        loss_mask: (N,) bool rows that enter the loss.
+        stats: `noisy_stats`.
+    """
+
+    per_turn: list[np.ndarray]
+    loss_mask: np.ndarray
+    stats: dict[str, float]
+
+
+def eden_turn_credit(turn_advantages: Sequence[Any], noisy: Any, success: Any, config: EdenConfig) -> EdenTurnResult:
+    """EDEN on a per-turn estimator's output (GiGPO, GraphGPO, SERO): each row ranked by its mean |turn
+    advantage| (`select_noisy`, 0 for a row without turns), then `absorb` scales every turn of a row.
+
+    The one composition both trainers call (the local `AgentEdenDriver.postprocess`, OpenRLHF's EDEN explorer).
+
+    Args:
+        turn_advantages: Per row, (J,) turn advantages.
+        noisy: (N,) bool noisy-row mask.
+        success: (N,) bool per row (the diagnostics' success rates).
+        config: Uses top_p and gamma.
+    """
+    m = np.asarray(noisy, dtype=bool)
+    row_abs = np.array([float(np.mean(np.abs(a))) if len(a) else 0.0 for a in turn_advantages])
+    keep = select_noisy(row_abs, m, config.top_p)
+    scale, loss_mask = absorb(np.ones(len(m)), m, keep, config.gamma)
+    per_turn = [np.asarray(a, dtype=np.float64) * scale[i] for i, a in enumerate(turn_advantages)]
+    return EdenTurnResult(per_turn, loss_mask, noisy_stats(keep, m, success))

@@ -9,9 +9,12 @@ see docs/openrlhf.md). Modules:
 - `entry`: ``main(argv)``: parse, install the subclasses in the driver, run ``openrlhf.cli.train_ppo_ray``.
 - `rollout_records`: the per-rollout plan (`RolloutSpec`) and what comes back (`RolloutRecord`): the only contract
   between the rollout side and the experience maker.
+- `explorers`: the run's explorer, chosen once (`explorers.registry.make_explorer`; `plain`, `eden`, `xrpo`,
+  `branch`): the hooks the modules below call instead of comparing ``--explorer`` (plans, engine options, episode
+  keeping, row / turn credit, metrics).
 - `turn_advantages`: per-turn advantages of a batch from envkit's maths (torch-free).
 - `experience`: the experience-maker subclass (spreads them over tokens, folds weights, drops, logs).
-- `samples`: the samples-generator subclass (per-prompt rollout plans: EDEN noisy rollouts, XRPO phases).
+- `samples`: the samples-generator subclass (per-prompt rollout plans from the explorer; XRPO's phases).
 - `xrpo_rounds`: XRPO's phased dispatch of one step and its ICL corpus.
 - `rollout_actor`: the vLLM rollout-actor subclass (plans; prompt embeddings for EDEN's noisy rollouts).
 - `trainer_actor`: the PPOTrainer Ray-actor subclass that puts the samples generator and experience maker in place.

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from envkit.trainers.openrlhf.explorers.registry import explorer_class
+
 FORCED_ESTIMATOR = "group_norm"
 
 
@@ -108,7 +110,7 @@ def openrlhf_argv(flags: Sequence[str], *, executor_path: str, explorer: str) ->
     Args:
         flags: The user's flags after ``--``.
         executor_path: Path of envkit's agent executor file (``trainers/openrlhf/agent_executor.py``).
-        explorer: Our ``--explorer`` (XRPO refuses dynamic filtering).
+        explorer: Our ``--explorer`` (one with groups of different sizes, XRPO's, refuses dynamic filtering).
 
     Raises:
         ArgvError: with what to change.
@@ -133,10 +135,10 @@ def openrlhf_argv(flags: Sequence[str], *, executor_path: str, explorer: str) ->
             "--reward.remote_url: rewards come from the envkit env's own verifier through the agent executor; "
             "drop the flag"
         )
-    if explorer == "xrpo" and flag_present(flags, "--algo.dynamic_filtering_enable"):
+    if explorer_class(explorer).variable_groups and flag_present(flags, "--algo.dynamic_filtering_enable"):
         raise ArgvError(
-            "--algo.dynamic_filtering_enable with --explorer xrpo: XRPO hands out a variable number of rollouts "
-            "per prompt, which OpenRLHF's dynamic filtering cannot regroup; drop one of the two"
+            f"--algo.dynamic_filtering_enable with --explorer {explorer}: it hands out a variable number of "
+            "rollouts per prompt, which OpenRLHF's dynamic filtering cannot regroup; drop one of the two"
         )
     flags = drop_flag(flags, "--algo.advantage.estimator")
     flags = drop_flag(flags, "--train.agent_func_path")

@@ -1,7 +1,7 @@
 """Branching rollouts on the OpenRLHF backend (``--explorer branch``; docs/methods.md section 8, docs/openrlhf.md).
 
 The samples generator plans each prompt's n rows as ``backbones`` rollouts and ``points x branches`` fork slots
-(`envkit.trainers.openrlhf.samples.branch_specs`; `BackendConfig.branch_config` refuses any other count, so
+(`envkit.trainers.openrlhf.explorers.branch.branch_specs`; `BackendConfig.branch_config` refuses any other count, so
 OpenRLHF's ``batch x n`` arithmetic holds). In the vLLM rollout actor:
 
 1. the agent executor plays the backbones from reset with a snapshot before every step, records per turn the

@@ -20,7 +20,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 import tyro
 
@@ -39,9 +39,12 @@ from envkit.trainers.sero_options import TrainerSeroOptions
 CONFIG_ENV = "ENVKIT_OPENRLHF_CONFIG"
 
 EXPLORERS = ("none", "eden", "xrpo", "branch")
+#: The option sections of explorers (``--eden.*``, ...): given only with their explorer.
+EXPLORER_SECTIONS = ("eden", "xrpo", "branch")
 ADVANTAGES = ("grpo", "gigpo", "graphgpo")
 Explorer = Literal["none", "eden", "xrpo", "branch"]
 ExplorerConfig = EdenConfig | XrpoConfig | BranchConfig
+C = TypeVar("C", EdenConfig, XrpoConfig, BranchConfig)
 Advantage = Literal["grpo", "gigpo", "graphgpo"]
 
 
@@ -145,22 +148,9 @@ class BackendConfig:
                 raise ValueError(f"--eden-bank {self.eden_bank}: no such file (write one with AnchorBank.save)")
             anchors = tuple(int(t) for t in AnchorBank.load(self.eden_bank).token_ids)
         object.__setattr__(self, "eden_anchors", anchors)
-        if self.explorer == "eden":
-            if not self.eden_anchors:
-                raise ValueError(
-                    "--explorer eden needs an anchor bank: pass --eden-bank PATH (an AnchorBank .npz written by "
-                    "envkit.trainers.explorers.anchors.AnchorBank.save) or --eden-anchors ID,ID,... (token ids)"
-                )
-            ecfg = self._eden_config()
-            ecfg.n_standard(self.n_samples_per_prompt)  # the group (standard + noisy) is the per-prompt budget
-            if ecfg.ablation == "no_anchor":
-                raise ValueError(
-                    "--eden.ablation no_anchor is not available on the OpenRLHF backend (its engines build noisy "
-                    "rows from anchor tokens); run that ablation with the local trainer"
-                )
-        builds = {"eden": self._eden_config, "xrpo": self._xrpo_config, "branch": self._branch_config}
-        if self.explorer in builds:  # sized to the run and checked once; `eden_config` & co. read it
-            object.__setattr__(self, "_explorer_config", builds[self.explorer]())
+        # the chosen explorer's config, sized to the run and checked once; `eden_config` & co. read it
+        build = self._explorer_builds().get(self.explorer)
+        object.__setattr__(self, "_explorer_config", build() if build is not None else None)
 
     def _resolve_env_settings(self) -> None:
         """``--env``'s per-env values, filled and checked once by the resolver the local trainer and the oracle
@@ -238,7 +228,7 @@ class BackendConfig:
 
     def eden_config(self) -> EdenConfig:
         """The run's `EdenConfig`: ``eden``, else `sized_eden` (resolved once when EDEN is the explorer)."""
-        return self._chosen("eden", self._eden_config)  # type: ignore[return-value]
+        return self._chosen(EdenConfig, self._eden_config)
 
     def xrpo_config(self) -> XrpoConfig:
         """The run's `XrpoConfig`: ``xrpo``, else `sized_xrpo` (resolved and checked once when XRPO is the
@@ -248,7 +238,7 @@ class BackendConfig:
             ValueError: it does not fit n_samples_per_prompt (`XrpoConfig.check_group`), or it asks for what only
                 the local trainer does.
         """
-        return self._chosen("xrpo", self._xrpo_config)  # type: ignore[return-value]
+        return self._chosen(XrpoConfig, self._xrpo_config)
 
     def branch_config(self) -> BranchConfig:
         """The run's `BranchConfig`: ``branch``, else `sized_branch` (resolved and checked once when branching
@@ -258,15 +248,36 @@ class BackendConfig:
             ValueError: backbones + points x branches differs from n_samples_per_prompt, no ``--max-turns``, SERO
                 on, or ``--branch.reserve backbone`` (this backend does not size forks by the budget).
         """
-        return self._chosen("branch", self._branch_config)  # type: ignore[return-value]
+        return self._chosen(BranchConfig, self._branch_config)
 
-    def _chosen(self, name: str, build: Callable[[], ExplorerConfig]) -> ExplorerConfig:
-        """The explorer config `name`: the one resolved in `__post_init__` when it is the run's explorer, else
-        built now (a caller asking for another explorer's config, e.g. a test)."""
-        return self.__dict__["_explorer_config"] if self.explorer == name else build()
+    def _chosen(self, kind: type[C], build: Callable[[], C]) -> C:
+        """The explorer config of type `kind`: the one resolved in `__post_init__` when it is the run's explorer's,
+        else built now (a caller asking for another explorer's config, e.g. a test)."""
+        chosen = self.__dict__["_explorer_config"]
+        return chosen if isinstance(chosen, kind) else build()
+
+    def _explorer_builds(self) -> dict[str, Callable[[], ExplorerConfig]]:
+        """``--explorer`` -> how its config is sized to the run and checked (``none`` has none)."""
+        return {"eden": self._checked_eden, "xrpo": self._xrpo_config, "branch": self._branch_config}
 
     def _eden_config(self) -> EdenConfig:
         return self.eden if self.eden is not None else self.sized_eden()
+
+    def _checked_eden(self) -> EdenConfig:
+        """`_eden_config`, checked against this backend: a bank, a group larger than n_noisy, no no_anchor."""
+        if not self.eden_anchors:
+            raise ValueError(
+                "--explorer eden needs an anchor bank: pass --eden-bank PATH (an AnchorBank .npz written by "
+                "envkit.trainers.explorers.anchors.AnchorBank.save) or --eden-anchors ID,ID,... (token ids)"
+            )
+        ecfg = self._eden_config()
+        ecfg.n_standard(self.n_samples_per_prompt)  # the group (standard + noisy) is the per-prompt budget
+        if ecfg.ablation == "no_anchor":
+            raise ValueError(
+                "--eden.ablation no_anchor is not available on the OpenRLHF backend (its engines build noisy "
+                "rows from anchor tokens); run that ablation with the local trainer"
+            )
+        return ecfg
 
     def _xrpo_config(self) -> XrpoConfig:
         cfg = self.xrpo if self.xrpo is not None else self.sized_xrpo()

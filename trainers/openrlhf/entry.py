@@ -42,7 +42,8 @@ import tyro
 from envkit.fleet.config import FleetConfig
 from envkit.runtime.command_line import cli, fail
 from envkit.trainers.openrlhf.argv import ArgvError, int_flag, openrlhf_argv, split_argv
-from envkit.trainers.openrlhf.config import CONFIG_ENV, BackendConfig
+from envkit.trainers.openrlhf.config import CONFIG_ENV, EXPLORER_SECTIONS, BackendConfig
+from envkit.trainers.openrlhf.explorers.registry import explorer_class
 
 #: The agent executor file OpenRLHF loads with ``--train.agent_func_path``.
 EXECUTOR_PATH = str(Path(__file__).with_name("agent_executor.py").resolve())
@@ -108,14 +109,13 @@ def build_config(ours: Sequence[str], openrlhf_flags: Sequence[str]) -> OpenRLHF
         cfg = dataclasses.replace(cfg, xrpo=None)
     if cfg.branch == branch:
         cfg = dataclasses.replace(cfg, branch=None)
-    for name in ("eden", "xrpo", "branch"):
-        if getattr(cfg, name) is not None and cfg.explorer != name:
-            fail(f"--{name}.* options were given but --explorer is not '{name}'", prog=prog)
     try:
-        if cfg.explorer == "xrpo":
-            cfg.xrpo_config()
+        section = explorer_class(cfg.explorer).section
     except ValueError as exc:
         fail(str(exc), prog=prog)
+    for name in EXPLORER_SECTIONS:
+        if getattr(cfg, name) is not None and name != section:
+            fail(f"--{name}.* options were given but --explorer is not '{name}'", prog=prog)
     return dataclasses.replace(cmd, backend=cfg)
 
 

@@ -36,6 +36,7 @@ from envkit.trainers.openrlhf.credit_log import (
     turn_token_values,
     write_credit_log,
 )
+from envkit.trainers.openrlhf.explorers.registry import make_explorer
 from envkit.trainers.openrlhf.rollout_records import INFO_KEY, RolloutRecord
 from envkit.trainers.openrlhf.turn_advantages import SampleRow, TurnAdvantages, compute_turn_advantages
 
@@ -142,6 +143,7 @@ class EnvkitExperienceMaker(RemoteExperienceMaker):
     def __init__(self, *args: Any, config: BackendConfig, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.config = config
+        self.explorer = make_explorer(config)  # chosen once: its credit hooks
         self.step = 0
         self.last_stats: dict[str, float] = {}
 
@@ -153,7 +155,7 @@ class EnvkitExperienceMaker(RemoteExperienceMaker):
         apply_length_penalties(experiences, args)
 
         rows, where = sample_rows(experiences)
-        result: TurnAdvantages = compute_turn_advantages(rows, self.config, self.step)
+        result: TurnAdvantages = compute_turn_advantages(rows, self.config, self.step, self.explorer)
         self.step += 1
         self.last_stats = dict(result.stats)
         kl_coef = float(self.kl_ctl.value)

@@ -41,6 +41,7 @@ from envkit.recorder import EpisodeRecorder
 from envkit.snapshot import snapshot_env
 from envkit.trainers.openrlhf.config import BackendConfig
 from envkit.trainers.openrlhf.executor_contract import ForkStart, GenerationContext, RolloutTask
+from envkit.trainers.openrlhf.explorers.registry import make_explorer
 from envkit.trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord, RolloutSpec, Turn
 
 if TYPE_CHECKING:
@@ -77,6 +78,7 @@ class GymAgentExecutor(AgentExecutorBase):
 
     def __init__(self, config: BackendConfig | None = None) -> None:
         self.config = config if config is not None else BackendConfig.from_env()
+        self.explorer = make_explorer(self.config)  # keeps_episodes / episode_extra (branching)
         self._free: dict[str, list[gym.Env[str, str]]] = {}
         self._episodes: dict[str, SeroEpisode] = {}  # SERO, branch: episodes with snapshots until their group ends
         self._held: set[int] = set()  # branch: envs kept out of the cache with their episode (instance snapshots)
@@ -149,7 +151,7 @@ class GymAgentExecutor(AgentExecutorBase):
             obs, info = fork.observation, fork.info
         tracker = AnchorTracker(str(obs), info)  # each state's GiGPO / GraphGPO anchors (--adv.state-key)
         episode = None
-        branch = self.config.explorer == "branch"
+        branch = self.explorer.keeps_episodes
         if (self.config.sero or branch) and fork is None:
             from envkit.trainers.openrlhf.sero_rows import SeroEpisode
 
@@ -228,7 +230,7 @@ class GymAgentExecutor(AgentExecutorBase):
             self._episodes[extra["episode"]] = episode
             if branch:  # kept with its episode until finish_group (ALFWorld's snapshots are instance-scoped)
                 self._held.add(id(env))
-                extra["branch"] = {"parent": -1, "fork": 0, "nll": nll}
+                extra.update(self.explorer.episode_extra(nll))
         mean_lp = sum(action_lps) / len(action_lps) if action_lps else None
         record = RolloutRecord(
             spec=spec,

@@ -3,7 +3,8 @@
 `EnvkitRolloutActor` subclasses OpenRLHF 0.11.2's ``RolloutRayActor.__ray_actor_class__`` (the class under its
 ``@ray.remote``) and is wrapped again with `ray.remote` by `remote_rollout_actor`:
 
-- with ``--explorer eden`` the engines are built with ``enable_prompt_embeds=True`` (vLLM >= 0.11, V1 engine);
+- the run's explorer sets its engine options (`engine_kwargs`; EDEN: ``enable_prompt_embeds=True``, vLLM >= 0.11,
+  V1 engine);
 - ``generate_planned(specs=...)`` runs one agent-executor episode per `RolloutSpec` (temperature, XRPO prefix)
   and tags each response with its record;
 - a noisy spec's FIRST generation goes through prompt embeddings: the prompt's rows plus ONE extra row
@@ -31,6 +32,8 @@ from openrlhf.trainer.ray.vllm_worker_wrap import WorkerWrap
 
 from envkit.trainers.openrlhf.config import BackendConfig
 from envkit.trainers.openrlhf.executor_contract import GenerationContext, TokenEngine
+from envkit.trainers.openrlhf.explorers.base import Explorer
+from envkit.trainers.openrlhf.explorers.registry import make_explorer
 from envkit.trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord, RolloutSpec
 
 if TYPE_CHECKING:
@@ -107,14 +110,13 @@ def unpack_weights(packed: list[tuple[str, str, list[int], bytes]]) -> list[tupl
     return out
 
 
-def engine_kwargs(kwargs: dict[str, Any], config: BackendConfig) -> dict[str, Any]:
+def engine_kwargs(kwargs: dict[str, Any], config: BackendConfig, explorer: Explorer | None = None) -> dict[str, Any]:
     """The engine kwargs envkit changes: its worker extension (the CPU mode's with ``--cpu``; it reads embedding
-    rows for EDEN and checksums for the weight check), prompt embeddings for EDEN."""
+    rows for EDEN and checksums for the weight check), then the run's explorer's (EDEN: prompt embeddings;
+    None: built from ``config``)."""
     out = dict(kwargs)
     out["worker_extension_cls"] = CPU_WORKER_EXTENSION if config.cpu else WORKER_EXTENSION
-    if config.explorer == "eden":
-        out["enable_prompt_embeds"] = True
-    return out
+    return (explorer if explorer is not None else make_explorer(config)).engine_kwargs(out)
 
 
 @runtime_checkable
@@ -161,10 +163,11 @@ class EnvkitRolloutActor(RolloutRayActor.__ray_actor_class__):  # type: ignore[n
 
     async def __init__(self, *args: Any, **kwargs: Any) -> None:  # type: ignore[misc]  # Ray's async actor init
         self.envkit_config = BackendConfig.from_env()
+        self.envkit_explorer = make_explorer(self.envkit_config)
         self._weight_version = 0
         self._anchor_rows: dict[tuple[int, int], torch.Tensor] = {}
         self._prompt_rows: dict[tuple[int, tuple[int, ...]], torch.Tensor] = {}
-        await super().__init__(*args, **engine_kwargs(kwargs, self.envkit_config))
+        await super().__init__(*args, **engine_kwargs(kwargs, self.envkit_config, self.envkit_explorer))
 
     # ----- weight versions (the anchor rows come from the live weights) -------------------------------------
     def _bump(self) -> None:

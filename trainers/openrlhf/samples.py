@@ -2,15 +2,10 @@
 
 OpenRLHF sends every prompt to a vLLM rollout actor with ``generate_responses(num_samples=n)``: n identical
 rollouts. `EnvkitSamplesGenerator` sends a list of `RolloutSpec`s instead (``generate_planned`` on envkit's rollout
-actor), one per rollout, and the total budget stays ``batch x n``:
-
-- ``none``: n plain rollouts per prompt, each tagged with its group;
-- ``eden``: K_r standard rollouts + K_n noisy ones sharing ONE anchor per prompt (drawn uniformly from the bank),
-  each with its own noise seed, at the cosine-warmed temperature ``tau_n(step)``;
-- ``xrpo``: phase 1 gives every prompt n0 rollouts, later phases hand out the rest of the budget by XRPO's
-  priority, and prompts whose rollouts all failed get an ICL prefix of solved problems (`envkit.trainers.explorers.xrpo`);
-- ``branch``: ``backbones`` rollouts from reset and ``points x branches`` fork slots that the rollout actor fills
-  from restored high-entropy backbone states (`envkit.trainers.openrlhf.branch_rows`).
+actor), one per rollout, and the total budget stays ``batch x n``. The plan of a prompt is the run's explorer's
+(`envkit.trainers.openrlhf.explorers`, built once here by `make_explorer`): ``none`` n plain rollouts, ``eden``
+standard + noisy rollouts, ``branch`` backbones + fork slots; ``xrpo`` replaces the one dispatch by its phased
+rounds (`Explorer.rounds`, `envkit.trainers.openrlhf.xrpo_rounds`).
 
 Evaluation (``n_samples_per_prompt`` in the generate kwargs) always uses plain rollouts.
 """
@@ -28,54 +23,9 @@ from openrlhf.trainer.ppo_utils.samples_generator import SamplesGenerator, _coll
 from vllm import SamplingParams
 
 from envkit.trainers.openrlhf.config import BackendConfig
+from envkit.trainers.openrlhf.explorers.base import plain_specs
+from envkit.trainers.openrlhf.explorers.registry import make_explorer
 from envkit.trainers.openrlhf.rollout_records import INFO_KEY, RESPONSE_KEY, RolloutSpec
-
-
-def plain_specs(group: str, n: int) -> list[RolloutSpec]:
-    """n plain rollouts of one group."""
-    return [RolloutSpec(group=group, index=i) for i in range(n)]
-
-
-def branch_specs(group: str, n: int, config: BackendConfig) -> list[RolloutSpec]:
-    """Branching rollouts' plan for one prompt: the backbones, then ``points x branches`` fork slots (filled from
-    restored backbone states by the group's branch step, `envkit.trainers.openrlhf.branch_rows`); n in all."""
-    backbones = config.branch_config().resolve(n, config.max_turns)[0]
-    return [RolloutSpec(group=group, index=i, fork=i >= backbones) for i in range(n)]
-
-
-def eden_specs(group: str, n: int, config: BackendConfig, step: int, rng: np.random.Generator) -> list[RolloutSpec]:
-    """EDEN's plan for one prompt: K_r standard + K_n noisy rollouts (docs/methods.md section 5).
-
-    The noisy rollouts share one anchor drawn uniformly from the bank (``fixed_anchor``: the configured one;
-    ``random_anchor_per_rollout``: one per rollout), each with its own noise seed.
-    """
-    from envkit.trainers.explorers.eden import noisy_temperature
-
-    ecfg = config.eden_config()
-    bank = config.eden_anchors
-    k_n = ecfg.n_noisy
-    tau_n = noisy_temperature(step, ecfg.tau_n_start, ecfg.tau_n_end, ecfg.warmup_steps)
-    if ecfg.ablation == "fixed_anchor":
-        anchors = [bank[ecfg.fixed_anchor_index]] * k_n
-    elif ecfg.ablation == "random_anchor_per_rollout":
-        anchors = [bank[int(i)] for i in rng.integers(0, len(bank), size=k_n)]
-    else:
-        anchors = [bank[int(rng.integers(0, len(bank)))]] * k_n
-    seeds = rng.integers(0, 2**31 - 1, size=k_n)
-    specs = [RolloutSpec(group=group, index=i, temperature=ecfg.tau_r) for i in range(n - k_n)]
-    for j in range(k_n):
-        specs.append(
-            RolloutSpec(
-                group=group,
-                index=n - k_n + j,
-                temperature=tau_n,
-                noisy=True,
-                anchor=int(anchors[j]),
-                rho=float(ecfg.effective_rho),
-                seed=int(seeds[j]),
-            )
-        )
-    return specs
 
 
 class EnvkitSamplesGenerator(SamplesGenerator):
@@ -92,11 +42,8 @@ class EnvkitSamplesGenerator(SamplesGenerator):
         self.step = 0
         self.rng = np.random.default_rng(config.seed)
         self._groups = itertools.count()
-        self.xrpo: Any = None
-        if config.explorer == "xrpo":
-            from envkit.trainers.openrlhf.xrpo_rounds import XrpoRounds
-
-            self.xrpo = XrpoRounds(config)
+        self.explorer = make_explorer(config)  # chosen once: its plans and (XRPO) its phased rounds
+        self.xrpo: Any = self.explorer.rounds()
 
     # ----- OpenRLHF hooks -----------------------------------------------------------------------------------
     def generate_samples(self, **generate_kwargs: Any) -> Any:
@@ -122,15 +69,9 @@ class EnvkitSamplesGenerator(SamplesGenerator):
         if "n_samples_per_prompt" in generate_kwargs:  # evaluation: unchanged sampling
             n = int(generate_kwargs["n_samples_per_prompt"])
             plans = [plain_specs(self.new_group(), n) for _ in prompts]
-        elif self.config.explorer == "eden":
-            n = self.config.n_samples_per_prompt
-            plans = [eden_specs(self.new_group(), n, self.config, self.step, self.rng) for _ in prompts]
-        elif self.config.explorer == "branch":
-            n = self.config.n_samples_per_prompt
-            plans = [branch_specs(self.new_group(), n, self.config) for _ in prompts]
         else:
             n = self.config.n_samples_per_prompt
-            plans = [plain_specs(self.new_group(), n) for _ in prompts]
+            plans = [self.explorer.plan(self.new_group(), n, self.step, self.rng) for _ in prompts]
         return self.dispatch_plans(prompts, labels, plans, images=images, **generate_kwargs)
 
     def _process_response_into_experience(self, response: dict, **generate_kwargs: Any) -> Experience:

@@ -1,10 +1,9 @@
 """Per-turn advantages of one OpenRLHF rollout batch, from envkit's backend-agnostic maths (torch-free).
 
 The experience maker flattens OpenRLHF's micro-batches into `SampleRow`s (one per rollout) and calls
-`compute_turn_advantages`, which picks the estimator (``envkit.credit.advantages``), EDEN's absorb
-(``envkit.trainers.explorers.eden``), XRPO's sharpening (``envkit.trainers.explorers.xrpo``), branching's
-leave-one-out term (``envkit.trainers.openrlhf.branch_turns``) and SERO's weights (carried by
-the records' turns), and returns, per row, one advantage and one loss weight per turn plus a keep flag.
+`compute_turn_advantages`, which picks the estimator (``envkit.credit.advantages``), lets the run's explorer
+post-process its values (`envkit.trainers.openrlhf.explorers`: EDEN's select + absorb, XRPO's sharpening,
+branching's leave-one-out term) and adds SERO's weights (carried by the records' turns), and returns, per row, one advantage and one loss weight per turn plus a keep flag.
 `envkit.trainers.openrlhf.experience` then spreads them over the tokens.
 
 Turn tables come from `envkit.trainers.openrlhf.turn_paths.turn_table` (the one builder every backend uses,
@@ -14,16 +13,18 @@ falls back to OpenRLHF's layout, ``index // n_samples_per_prompt``.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from envkit.credit.advantages import group_advantages, zero_advantage_fraction
+from envkit.credit.advantages import zero_advantage_fraction
 from envkit.credit.turn_credit import turn_credit
 from envkit.trainers.openrlhf.config import BackendConfig
+from envkit.trainers.openrlhf.explorers.base import Explorer, TurnCredit
+from envkit.trainers.openrlhf.explorers.registry import make_explorer
 from envkit.trainers.openrlhf.sero_turns import sero_turn_advantages
-from envkit.trainers.openrlhf.turn_paths import SampleRow, episode_return, turn_table, turns_state_key
+from envkit.trainers.openrlhf.turn_paths import SampleRow, turn_table, turns_state_key
 
 __all__ = ["SampleRow", "TurnAdvantages", "compute_turn_advantages"]
 
@@ -46,30 +47,28 @@ class TurnAdvantages:
     stats: dict[str, float] = field(default_factory=dict)
 
 
-def _row_level(rows: Sequence[SampleRow], groups: list[Hashable], cfg: BackendConfig) -> np.ndarray:
-    estimator = "grpo" if cfg.adv.norm == "std" else "grpo_mean"
-    return group_advantages([r.reward for r in rows], groups, estimator, eps=cfg.adv.eps)  # type: ignore[arg-type]
-
-
-def compute_turn_advantages(rows: Sequence[SampleRow], cfg: BackendConfig, step: int = 0) -> TurnAdvantages:
+def compute_turn_advantages(
+    rows: Sequence[SampleRow], cfg: BackendConfig, step: int = 0, explorer: Explorer | None = None
+) -> TurnAdvantages:
     """Advantages per row and turn for one rollout batch.
 
     Args:
         rows: The batch's rollouts (any order).
-        cfg: The backend config (estimator, explorer, options).
-        step: Training step (XRPO's exploration bonus uses it).
+        cfg: The backend config (estimator, options).
+        step: Training step.
+        explorer: The run's explorer (its credit hooks); None: built from ``cfg`` (`make_explorer`).
 
     Returns:
         `TurnAdvantages`.
     """
+    explorer = explorer if explorer is not None else make_explorer(cfg)
     n = len(rows)
     groups = [r.group(cfg.n_samples_per_prompt) for r in rows]
     turn_counts = [max(len(r.turns), 1) for r in rows]
     stats: dict[str, float] = {}
     keep = np.ones(n, dtype=bool)
-    noisy = np.array([r.noisy for r in rows], dtype=bool)
 
-    # 1. The estimator: one value per row (grpo) or per turn (gigpo / graphgpo).
+    # 1. The estimator: one value per row (grpo) or per turn (gigpo / graphgpo), then the explorer's credit.
     per_turn: list[np.ndarray]
     sero_weights: list[np.ndarray] | None = None
     if cfg.sero and cfg.advantage == "graphgpo" and any(r.turns for r in rows):
@@ -77,17 +76,10 @@ def compute_turn_advantages(rows: Sequence[SampleRow], cfg: BackendConfig, step:
         stats.update(sero_stats)
         stats[f"state_key_{turns_state_key(rows, cfg, policy_only=True)}"] = 1.0
     elif cfg.advantage == "grpo" or not any(r.turns for r in rows):
-        if cfg.explorer == "eden" and noisy.any():
-            from envkit.trainers.explorers.eden import eden_advantages
-
-            estimator = "grpo" if cfg.adv.norm == "std" else "grpo_mean"
-            res = eden_advantages([r.reward for r in rows], groups, noisy, cfg.eden_config(), estimator)
-            row_adv, keep = res.advantages, res.loss_mask
-            stats.update(res.stats)
-        else:
-            row_adv = _row_level(rows, groups, cfg)
-        row_adv = _xrpo_sharpen(rows, groups, row_adv, cfg)
-        per_turn = [np.full(turn_counts[i], row_adv[i]) for i in range(n)]
+        row = explorer.row_credit(rows, groups)  # EDEN's select + absorb, XRPO's sharpening
+        keep = row.keep
+        stats.update(row.stats)
+        per_turn = [np.full(turn_counts[i], row.advantages[i]) for i in range(n)]
     else:
         table, owner = turn_table(rows, groups, cfg)
         stats[f"state_key_{turns_state_key(rows, cfg)}"] = 1.0
@@ -98,21 +90,10 @@ def compute_turn_advantages(rows: Sequence[SampleRow], cfg: BackendConfig, step:
             per_turn[i][pos[i]] = adv[t]
             pos[i] += 1
     per_turn_estimator = cfg.advantage != "grpo" and any(r.turns for r in rows)
-    if per_turn_estimator and cfg.explorer == "eden" and noisy.any():  # EDEN's select + absorb (with SERO too)
-        from envkit.trainers.explorers.eden import absorb, select_noisy
-
-        ecfg = cfg.eden_config()
-        row_abs = np.array([float(np.mean(np.abs(p))) for p in per_turn])
-        keep = select_noisy(row_abs, noisy, ecfg.top_p)
-        scale, keep = absorb(np.ones(n), noisy, keep, ecfg.gamma)
-        per_turn = [p * scale[i] for i, p in enumerate(per_turn)]
-
-    if cfg.explorer == "branch":  # branching rollouts: the tree's leave-one-out term (branch_turns)
-        from envkit.trainers.openrlhf.branch_turns import branch_turn_advantages
-
-        returns = [episode_return(r, cfg) for r in rows]
-        per_turn, branch_stats = branch_turn_advantages(rows, groups, per_turn, returns, cfg)
-        stats.update(branch_stats)
+    # EDEN's select + absorb after a per-turn estimator (SERO too), branching's leave-one-out term
+    done = explorer.turn_credit(rows, groups, TurnCredit(per_turn, keep), per_turn_estimator)
+    per_turn, keep = done.per_turn, done.keep
+    stats.update(done.stats)
 
     # 2. SERO: reachability weights of oracle turns (policy turns weigh 1).
     weights = sero_weights or [np.array([t.weight for t in r.turns]) if r.turns else np.ones(1) for r in rows]
@@ -129,29 +110,5 @@ def compute_turn_advantages(rows: Sequence[SampleRow], cfg: BackendConfig, step:
         w_oracle = np.array([w for i in range(n) for w, t in zip(weights[i], rows[i].turns) if t.oracle])
         stats["sero_oracle_share"] = float(oracle.mean()) if n else 0.0
         stats["sero_weight_mean"] = float(w_oracle.mean()) if len(w_oracle) else 0.0
-    if cfg.explorer == "eden":
-        stats["eden_noisy_share"] = float(noisy.mean()) if n else 0.0
-        stats["eden_noisy_kept_share"] = float((keep & noisy).sum() / max(int(noisy.sum()), 1))
-    if cfg.explorer == "xrpo":
-        sizes = np.bincount(np.unique(np.asarray([str(g) for g in groups]), return_inverse=True)[1])
-        icl = [bool(r.record and r.record.spec.prefix) for r in rows]
-        stats["xrpo_rollouts_min"] = float(sizes.min()) if len(sizes) else 0.0
-        stats["xrpo_rollouts_max"] = float(sizes.max()) if len(sizes) else 0.0
-        stats["xrpo_icl_share"] = float(np.mean(icl)) if n else 0.0
+    stats.update(explorer.metrics(rows, groups, keep))
     return TurnAdvantages(per_turn, weights, keep, stats)
-
-
-def _xrpo_sharpen(
-    rows: Sequence[SampleRow], groups: list[Hashable], row_adv: np.ndarray, cfg: BackendConfig
-) -> np.ndarray:
-    """XRPO's novelty-guided sharpening of correct rollouts' advantages (no-op for other explorers)."""
-    if cfg.explorer != "xrpo":
-        return row_adv
-    from envkit.trainers.explorers.xrpo import sharpen
-
-    xcfg = cfg.xrpo_config()
-    if not xcfg.sharpen:
-        return row_adv
-    correct = np.array([r.success for r in rows], dtype=bool)
-    s = np.array([r.mean_logprob for r in rows], dtype=np.float64)
-    return sharpen(row_adv, correct, s, groups, lambda_n=xcfg.lambda_n, kappa=xcfg.kappa)

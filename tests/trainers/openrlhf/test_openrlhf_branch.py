@@ -21,7 +21,7 @@ def _cfg(**kw):
     ("n", "sized"), [(2, (1, 1, 1)), (4, (2, 1, 2)), (5, (3, 1, 2)), (8, (4, 2, 2)), (7, (4, 3, 1))]
 )
 def test_sized_branch_fills_exactly_n_rows(n, sized):
-    from envkit.trainers.openrlhf.samples import branch_specs
+    from envkit.trainers.openrlhf.explorers.branch import branch_specs
 
     cfg = _cfg(n_samples_per_prompt=n).branch_config()
     assert (cfg.backbones, cfg.points, cfg.branches) == sized

@@ -101,9 +101,9 @@ def _group(actor, tok, env_id, logprobs):
     from vllm import SamplingParams
 
     from envkit.trainers.openrlhf.config import BackendConfig
+    from envkit.trainers.openrlhf.explorers.branch import branch_specs
     from envkit.trainers.openrlhf.gym_executor import GymAgentExecutor
     from envkit.trainers.openrlhf.rollout_actor import run_planned
-    from envkit.trainers.openrlhf.samples import branch_specs
 
     cfg = BackendConfig(explorer="branch", env_id=env_id, max_turns=3, n_samples_per_prompt=4)
     ex = GymAgentExecutor(cfg)

@@ -168,9 +168,10 @@ def test_executor_to_experience_pipeline_gigpo(tokenizer, strategy_factory):
     from envkit.credit.advantages import StepTable, gigpo_advantages
     from envkit.trainers.openrlhf.config import BackendConfig
     from envkit.trainers.openrlhf.experience import EnvkitExperienceMaker
+    from envkit.trainers.openrlhf.explorers.base import plain_specs
     from envkit.trainers.openrlhf.rollout_actor import run_planned
     from envkit.trainers.openrlhf.rollout_records import RolloutRecord, RolloutSpec
-    from envkit.trainers.openrlhf.samples import EnvkitSamplesGenerator, plain_specs
+    from envkit.trainers.openrlhf.samples import EnvkitSamplesGenerator
 
     strategy = strategy_factory(3, ("--algo.kl.use_loss",))
     cfg = BackendConfig(env_id="envkit/Toy-v0", advantage="gigpo", n_samples_per_prompt=3)

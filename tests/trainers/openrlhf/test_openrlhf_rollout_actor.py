@@ -161,7 +161,7 @@ def test_engine_kwargs_turn_on_prompt_embeds_only_for_eden_and_always_use_envkit
 
 def test_eden_plan_shares_one_anchor_per_prompt():
     from envkit.trainers.openrlhf.config import BackendConfig
-    from envkit.trainers.openrlhf.samples import eden_specs
+    from envkit.trainers.openrlhf.explorers.eden import eden_specs
 
     cfg = BackendConfig(
         explorer="eden",

@@ -12,15 +12,16 @@ share one `generate` call; rows keep the clean prompt ids, so the extra position
 
 
 Agent envs (`AgentEdenDriver`; as on the OpenRLHF backend, `envkit.trainers.openrlhf.rollout_actor`,
-`envkit.trainers.openrlhf.turn_advantages`):
+`envkit.trainers.openrlhf.explorers.eden`):
 
 1. The last ``n_noisy`` episodes of each task are noisy: their FIRST generation appends one extra input position
    after the first prompt (`draw_noisy_rows`: one anchor per task, independent noise per episode, relative norm
    rho); every later turn sees the token context only. Noisy episodes sample at the cosine-warmed noisy
    temperature (`row_temperatures`), every turn.
 2. Advantages: with an episode-level estimator, `eden_advantages` on the episodes' success (mixed-group
-   normalisation, batch-wide top-p |A| among noisy episodes, gamma); with GiGPO / GraphGPO, each episode's
-   mean |turn advantage| ranks the noisy ones (`select_noisy`) and `absorb` scales the kept ones by gamma.
+   normalisation, batch-wide top-p |A| among noisy episodes, gamma); with GiGPO / GraphGPO, `eden_turn_credit`
+   (each episode's mean |turn advantage| ranks the noisy ones, `absorb` scales the kept ones by gamma; the same
+   call as OpenRLHF's EDEN explorer).
    Dropped noisy episodes leave the loss; every row keeps its clean prompt (the extra position never reaches
    the loss).
 3. The anchor bank is selected on first turns: a candidate's noisy first action is *valid* when the env accepts
@@ -41,14 +42,13 @@ from envkit.credit.advantages import ESTIMATORS  # the episode-level estimators
 from envkit.trainers.explorers.anchors import AnchorBank, anchor_score, candidate_tokens, decoded_vocab
 from envkit.trainers.explorers.eden import (
     EdenBankConfig,
-    absorb,
     build_anchor_bank,
     draw_noisy_rows,
     eden_advantages,
+    eden_turn_credit,
     noisy_mask,
     perturb,
     row_temperatures,
-    select_noisy,
 )
 from envkit.trainers.local.contracts import AgentExplorer, Budget, SingleTurnExplorer
 from envkit.trainers.local.multi_turn import AgentConfig, Episode, EpisodeSpec, play_specs
@@ -271,17 +271,11 @@ class AgentEdenDriver(AnchorSelection, AgentExplorer):
             out = [np.full(len(a), res.advantages[i]) for i, a in enumerate(turn_advantages)]
             keep = res.loss_mask
             stats.update({k: v for k, v in res.stats.items() if k != "zero_adv_fraction"})
-        else:
-            row_abs = np.array([float(np.mean(np.abs(a))) if len(a) else 0.0 for a in turn_advantages])
-            keep = select_noisy(row_abs, noisy, cfg.top_p)
-            scale, keep = absorb(np.ones(len(episodes)), noisy, keep, cfg.gamma)
-            out = [a * scale[i] for i, a in enumerate(turn_advantages)]
-            success = np.array([e.success for e in episodes], dtype=bool)
-            stats.update(
-                eden_noisy_kept_share=float((keep & noisy).sum() / max(int(noisy.sum()), 1)),
-                eden_noisy_success_rate=float(success[noisy].mean()) if noisy.any() else 0.0,
-                eden_standard_success_rate=float(success[~noisy].mean()) if (~noisy).any() else 0.0,
-            )
+        else:  # a per-turn estimator: the one composition both trainers call
+            success = [e.success for e in episodes]
+            turns = eden_turn_credit(turn_advantages, noisy, success, cfg)
+            out, keep = turns.per_turn, turns.loss_mask
+            stats.update(turns.stats)
         for e, k in zip(episodes, np.asarray(keep, dtype=bool).tolist(), strict=True):
             e.in_loss = bool(k)
         return out, stats
