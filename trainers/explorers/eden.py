@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from envkit.credit.advantages import group_advantages, zero_advantage_fraction
 from envkit.trainers.explorers.anchors import AnchorBank, AnchorScore, candidate_tokens, select_anchors
@@ -361,14 +362,14 @@ def eden_advantages(
     return EdenResult(adv, loss_mask, raw, stats)
 
 
-def kept_share(keep: Any, noisy: Any) -> float:
+def kept_share(keep: ArrayLike, noisy: ArrayLike) -> float:
     """Share of the noisy rows that stay in the loss (``eden_noisy_kept_share``; 0 without noisy rows)."""
     m = np.asarray(noisy, dtype=bool)
     n_noisy = int(m.sum())
     return float((np.asarray(keep, dtype=bool) & m).sum() / n_noisy) if n_noisy else 0.0
 
 
-def noisy_stats(keep: Any, noisy: Any, success: Any) -> dict[str, float]:
+def noisy_stats(keep: ArrayLike, noisy: ArrayLike, success: ArrayLike) -> dict[str, float]:
     """EDEN's per-batch diagnostics (docs/metrics.md): `kept_share` and the success rates of the noisy and the
     standard rows."""
     m = np.asarray(noisy, dtype=bool)
@@ -395,7 +396,9 @@ class EdenTurnResult:
     stats: dict[str, float]
 
 
-def eden_turn_credit(turn_advantages: Sequence[Any], noisy: Any, success: Any, config: EdenConfig) -> EdenTurnResult:
+def eden_turn_credit(
+    turn_advantages: Sequence[ArrayLike], noisy: ArrayLike, success: ArrayLike, config: EdenConfig
+) -> EdenTurnResult:
     """EDEN on a per-turn estimator's output (GiGPO, GraphGPO, SERO): each row ranked by its mean |turn
     advantage| (`select_noisy`, 0 for a row without turns), then `absorb` scales every turn of a row.
 
@@ -408,8 +411,9 @@ def eden_turn_credit(turn_advantages: Sequence[Any], noisy: Any, success: Any, c
         config: Uses top_p and gamma.
     """
     m = np.asarray(noisy, dtype=bool)
-    row_abs = np.array([float(np.mean(np.abs(a))) if len(a) else 0.0 for a in turn_advantages])
+    rows = [np.asarray(a, dtype=np.float64) for a in turn_advantages]
+    row_abs = np.array([float(np.mean(np.abs(a))) if a.size else 0.0 for a in rows])
     keep = select_noisy(row_abs, m, config.top_p)
     scale, loss_mask = absorb(np.ones(len(m)), m, keep, config.gamma)
-    per_turn = [np.asarray(a, dtype=np.float64) * scale[i] for i, a in enumerate(turn_advantages)]
+    per_turn = [a * scale[i] for i, a in enumerate(rows)]
     return EdenTurnResult(per_turn, loss_mask, noisy_stats(keep, m, success))
