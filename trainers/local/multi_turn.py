@@ -212,8 +212,8 @@ def _play_round(
                 f"the first prompt of {env_id} has {len(ids)} tokens: raise agent.max_context_tokens above "
                 f"{len(ids) + max_new_tokens}"
             )
-        rec = EpisodeRecorder(obs, info0, snapshots=record and _has_snapshots(env))  # the episode's one record
-        ep = Episode(spec.group, spec.index, env, ids, list(ids), [], [], rec, seed=int(spec.seed))
+        recorder = EpisodeRecorder(obs, info0, snapshots=record and _has_snapshots(env))  # the episode's one record
+        ep = Episode(spec.group, spec.index, env, ids, list(ids), [], [], recorder, seed=int(spec.seed))
         ep.icl = spec.prompt_text is not None
         ep.noisy = spec.first_extra is not None
         episodes.append(ep)
