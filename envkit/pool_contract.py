@@ -16,6 +16,7 @@ import gymnasium as gym
 
 from envkit.core import jsonable
 from envkit.errors import EnvkitError
+from envkit.snapshot import snapshot_env
 
 Request = tuple[int, str, tuple[Any, ...], Mapping[str, Any]]
 """(worker index, method, args, kwargs). Methods: reset, step, snapshot, restore, discard, snapshot_step, metadata,
@@ -62,15 +63,16 @@ def dispatch(env: gym.Env[Any, Any], method: str, args: Sequence[Any], kwargs: M
         obs, reward, term, trunc, info = env.step(*args, **kwargs)
         return obs, float(reward), bool(term), bool(trunc), jsonable(info)
     if method == "snapshot_step":
-        snap = env.snapshot()  # type: ignore[attr-defined]
+        snaps = snapshot_env(env)
+        snap = snaps.snapshot()
         try:
             obs, reward, term, trunc, info = env.step(*args, **kwargs)
         except BaseException:
-            env.discard(snap)  # type: ignore[attr-defined]  # the caller never gets the handle: free it now
+            snaps.discard(snap)  # the caller never gets the handle: free it now
             raise
         return snap, (obs, float(reward), bool(term), bool(trunc), jsonable(info))
     if method == "restore":
-        obs, info = env.restore(*args, **kwargs)  # type: ignore[attr-defined]
+        obs, info = snapshot_env(env).restore(*args, **kwargs)
         return obs, jsonable(info)
     if method in ("snapshot", "discard"):
         return getattr(env, method)(*args, **kwargs)

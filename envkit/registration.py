@@ -111,6 +111,8 @@ ENVS: dict[str, EnvEntry] = {
         _minishop("envkit/MiniShopHeldoutRotated-v0", "MiniShopHeldoutRotatedEnv", "MiniShop's held-out tasks in all four rotations of the listing (no positional shortcut; evaluation)"),
         _minishop("envkit/MiniShopReadable-v0", "MiniShopReadableEnv", "MiniShop whose item pages show match / nomatch (SERO's positive control, train tasks)"),
         _minishop("envkit/MiniShopReadableHeldoutRotated-v0", "MiniShopReadableHeldoutRotatedEnv", "readable MiniShop's held-out tasks in all four rotations (evaluation)"),
+        _minishop("envkit/MiniShopReadableEnd-v0", "MiniShopReadableEndEnv", "MiniShop whose item pages end with match / nomatch (SERO's v3 positive control, train tasks)"),
+        _minishop("envkit/MiniShopReadableEndHeldoutRotated-v0", "MiniShopReadableEndHeldoutRotatedEnv", "MiniShopReadableEnd's held-out tasks in all four rotations (evaluation)"),
         EnvEntry(
             "envkit/SWE-v0", "envkit.envs.swe.env:SWEEnv", "swe", "software-engineering tasks in sandboxed repos",
             tools=("bwrap", "bash", "git"), needs_root=True,

@@ -30,6 +30,7 @@ from envkit.core import Trajectory
 from envkit.policies import Policy, PolicyInput
 from envkit.pool import EnvPool, Request, Result
 from envkit.recorder import EpisodeRecorder
+from envkit.snapshot import snapshot_env
 
 
 @dataclass(frozen=True)
@@ -186,13 +187,14 @@ def play(
     (`envkit.recorder`); the caller discards them (`envkit.lifetime.discard_many`).
     """
     rec = EpisodeRecorder(obs, info, snapshots=record_snapshots)
+    snaps = snapshot_env(env) if record_snapshots else None
     for _ in range(max_steps):
         action = policy.act([PolicyInput(rec.observation, rec.info, rec.steps, task.task_id, key)])[0]
-        snap = env.snapshot() if record_snapshots else None  # type: ignore[attr-defined]
+        snap = snaps.snapshot() if snaps is not None else None
         rec.step(snap, action, *env.step(action))
         if rec.ended:
             break
-    rec.stop(env.snapshot() if rec.wants_final_snapshot else None)  # type: ignore[attr-defined]
+    rec.stop(snaps.snapshot() if snaps is not None and rec.wants_final_snapshot else None)
     env_id = env_id or str(getattr(env.spec, "id", ""))
     return rec.trajectory(env_id=env_id, task_id=task.task_id, seed=task.seed, options=task.options)
 
@@ -214,7 +216,8 @@ def branch(
         raise ValueError(f"branch needs n >= 1, got {n}")
     task = task or Task("branch", seed=0)
     out = []
+    snaps = snapshot_env(env)
     for k in range(n):
-        obs, info = env.restore(snapshot)  # type: ignore[attr-defined]
+        obs, info = snaps.restore(snapshot)
         out.append(play(env, policy, obs, info, task=task, max_steps=max_steps, key=k))
     return out

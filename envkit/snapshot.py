@@ -33,7 +33,7 @@ import uuid
 import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Protocol, SupportsFloat, runtime_checkable
+from typing import Any, ClassVar, Protocol, SupportsFloat, cast, runtime_checkable
 
 import gymnasium as gym
 import numpy as np
@@ -53,6 +53,7 @@ __all__ = [
     "SnapshotEnvBase",
     "observation_hash",
     "replay",
+    "snapshot_env",
 ]
 
 
@@ -91,6 +92,31 @@ class SnapshotEnv(Protocol):
     def restore(self, snapshot: Any) -> tuple[Any, dict[str, Any]]: ...
 
     def discard(self, snapshot: Any) -> None: ...
+
+
+def snapshot_env(env: object) -> SnapshotEnv:
+    """`env` typed as a `SnapshotEnv`, the one way callers reach ``snapshot`` / ``restore`` / ``discard``.
+
+    Raises:
+        SnapshotError: `env` lacks one of them; the message names the env and how to get snapshots (a gymnasium
+            wrapper hides its inner env's: gymnasium wrappers do not forward methods, see `envkit.wrappers`).
+    """
+    missing = [m for m in ("snapshot", "restore", "discard") if not callable(getattr(env, m, None))]
+    if not missing:
+        return cast(SnapshotEnv, env)
+    name = f"{type(env).__name__} (env id {getattr(getattr(env, 'spec', None), 'id', None) or 'unknown'})"
+    inner = env
+    while isinstance(inner, gym.Wrapper) and not callable(getattr(inner, "snapshot", None)):
+        inner = inner.env
+    if inner is not env and callable(getattr(inner, "snapshot", None)):
+        how = (
+            f"it wraps {type(inner).__name__}, which has them, but gymnasium wrappers do not forward them: make the "
+            "env without the wrapper (envkit ids take max_steps=N instead of max_episode_steps=N), or snapshot "
+            "through envkit.wrappers.snapshot / restore(env), which keep the wrappers' state too"
+        )
+    else:
+        how = "make it from an envkit/... id (native snapshots) or wrap it with envkit.ReplaySnapshot(env) (replay)"
+    raise SnapshotError(f"{name} has no {' / '.join(f'{m}()' for m in missing)}: snapshots are needed here; {how}")
 
 
 def _qualname(obj: Any) -> str:

@@ -19,6 +19,7 @@ from envkit.core import Step, env_success
 from envkit.errors import EnvkitError, UnknownEnvError
 from envkit.recorder import EpisodeRecorder
 from envkit.registration import ENVS, env_facts
+from envkit.snapshot import snapshot_env
 
 
 class OracleGaveUp(EnvkitError):
@@ -115,12 +116,13 @@ def run_oracle(
     except OracleGaveUp as exc:
         return OracleRun((), False, f"oracle gave up at start: {exc}")
     rec = EpisodeRecorder(observation, info, snapshots=snapshot_steps)  # the oracle's steps (envkit.recorder)
+    snaps = snapshot_env(env) if snapshot_steps else None
     for _ in range(max_steps):
         try:
             action = oracle.act(observation, info)
         except OracleGaveUp as exc:
             return OracleRun(rec.steps, False, f"oracle gave up: {exc}")
-        snap = env.snapshot() if snapshot_steps else None  # type: ignore[attr-defined]
+        snap = snaps.snapshot() if snaps is not None else None
         observation, _, term, trunc, info = out = env.step(action)
         rec.step(snap, action, *out, is_oracle=True)
         if env_success(info):

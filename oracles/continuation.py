@@ -33,7 +33,7 @@ from envkit.core import Root, Step, Trajectory, jsonable
 from envkit.errors import ReplayDivergenceError, SnapshotError
 from envkit.oracles.base import Oracle, dead_end_reason, make_oracle, oracle_run_from_json, run_oracle
 from envkit.pool import EnvPool, Request
-from envkit.snapshot import ReplayState, observation_hash, replay
+from envkit.snapshot import ReplayState, observation_hash, replay, snapshot_env
 
 
 def replay_state_at(traj: Trajectory, t: int) -> ReplayState | None:
@@ -134,7 +134,7 @@ def _restore(env: gym.Env[Any, Any], job: ContinuationJob) -> tuple[str, Any, di
     snap = job.root.snapshot
     if snap is not None:
         try:
-            obs, info = env.restore(snap)  # type: ignore[attr-defined]
+            obs, info = snapshot_env(env).restore(snap)
             kind = getattr(env.unwrapped, "last_restore_kind", "") or str(env.metadata.get("snapshot", "native"))
             return kind, obs, info
         except ReplayDivergenceError:

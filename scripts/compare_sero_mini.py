@@ -1,8 +1,10 @@
 """Does SERO help the policy it trains? Five arms from one committed start, on two MiniShop variants (CPU; issue 32).
 
 Variants (`sero_mini_start.VARIANTS`): ``word`` (``envkit/MiniShop-v0``: the deciding fact is one attribute word;
-to go back from a wrong item the policy must compare the item's word with the instruction's) and ``readable``
-(``envkit/MiniShopReadable-v0``, the positive control: an item page also says ``match`` / ``nomatch``). Held-out:
+to go back from a wrong item the policy must compare the item's word with the instruction's) and ``readable_end``
+(``envkit/MiniShopReadableEnd-v0``, design v3's positive control: an item page ends with ``match`` / ``nomatch``;
+v2's ``readable`` put that word after the page's name, where this model cannot learn to read it at the arms'
+budget: docs/results/sero_mini_rule_v3.md). Held-out:
 the 48 held-out tasks (unseen words) in all four rotations of the listing (``...HeldoutRotated-v0``, 192 tasks):
 a policy that picks by position scores exactly 0.25.
 
@@ -10,9 +12,10 @@ Model: the word model (a ~0.6M-parameter Llama on a word-level tokenizer) behavi
 episodes of train tasks 0..135: the start is LOADED from ``--start`` (docs/results/sero_mini_start, sha256 checked;
 built once by `scripts/sero_mini_start.py` with a criterion on train tasks only), never regenerated here.
 
-Before RL, per variant, the learnability gate (`sero_mini_start.gate`): supervised on the oracle's continuations
-from wrong-item states plus the normal demos, the model must reach p(back | wrong) >= 0.9 and p(buy | right)
->= 0.9 on the rotated held-out tasks.
+Before RL, per variant, the learnability gate (`sero_mini_start.gate`, ``--gate-steps`` at the arms' ``--lr``):
+supervised on the oracle's continuations from wrong-item states plus the normal demos, the model must reach
+p(back | wrong) >= 0.9 and p(buy | right) >= 0.9 on the rotated held-out tasks. A variant that fails runs no arm
+(``--skip-failed-gates``, default): its verdict is CANNOT TEST SERO whatever they do.
 
 Arms (`ARMS`), every one from the same start, with the same seeds and the same tasks per step (the trainer draws
 them from (seed, step)):
@@ -47,19 +50,19 @@ steps; SUPPORT if against both GraphGPO and matched the lower bound is > 0 and t
 against both the upper bound is < +0.05; INCONCLUSIVE otherwise. SERO - supervised reads "credit adds" / "no
 more than the data" / "undecided" beside it.
 
-SIZE (pre-committed): 5 seeds x 150 steps x 8 tasks x 4 episodes per arm and variant, evaluations every 25 steps
+SIZE (design v3, pre-committed in docs/results/sero_mini_rule_v3.md): 5 seeds x 150 steps x 8 tasks x 4 episodes
+per arm and variant at lr 1e-3, 1 PPO epoch, the gate 150 steps at lr 1e-3; evaluations every 25 steps
 (2 episodes per task), 4 episodes per task at the final one. Power (binomial noise only, p = 0.5): per arm and
 held-out base task 4 rotations x 5 seeds x 4 episodes = 80 episodes, so a contrast's task-bootstrap standard
 error is about sqrt(2 * 0.25 / 80) / sqrt(48) = 0.011 plus task-by-arm spread; SUPPORT (point >= 0.05 and lower
 bound > 0) is reached with ~80% chance by a true gain of about 0.06, REFUTATION needs a true gain near 0 (upper
 bound < 0.05 at ~0.03 above the point). Run-to-run spread across 5 seeds is not resampled and widens both.
-A pilot (seed 0, 10 steps, every arm, both variants) measures CPU seconds only; if the full design projects to more
-than 65 min wall on 2 processes it is reduced, in this order, until it fits: steps 150 -> 100, then seeds 5 -> 4
--> 3, and the reduced size is committed (docs/results/sero_mini_size.json) before the full run. A run cut by the
-deadline is reported as PARTIAL: the rule on the seeds that finished, labelled as not the pre-registered size.
+Seeds run in order; a run cut by the deadline is reported as PARTIAL: the rule on the seeds whose arms all
+finished, labelled as not the pre-registered size (v2 had a cost pilot and a size reduction: sero_mini_size.json).
 
-Writes ``<out>/compare_sero_mini_v2.json`` (config, start, gates, per variant / arm / seed the evals and curves,
-the summary, the verdict, wall and CPU seconds) and ``<out>/compare_sero_mini_v2.png``.
+Writes ``<out>/compare_sero_mini_v3.json`` (config, start, gates, per variant / arm / seed the evals and curves,
+the summary, the verdict, wall and CPU seconds) and ``<out>/compare_sero_mini_v3.png`` (v2's design:
+``--variants word readable --positive-control readable --gate-steps 1000 --gate-lr 3e-3 --steps 100``).
 
 Usage:
     python scripts/compare_sero_mini.py --out docs/results                       # the documented design
@@ -92,7 +95,7 @@ import tyro
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # the script's own modules (sero_mini_*)
 
 from sero_mini_plot import plot
-from sero_mini_rule import SERO, verdict
+from sero_mini_rule import SERO, gate_passed, verdict
 from sero_mini_start import HELDOUT_TASKS, TRAIN_EVAL_TASKS, VARIANTS, ProbePaths, gate, load_start, probe
 
 from envkit.credit.reachability import ReachConfig
@@ -106,7 +109,9 @@ from envkit.trainers.local.options import LossConfig
 from envkit.trainers.local.trainer import LocalTrainer, TrainConfig
 from envkit.trainers.sero_options import TrainerSeroOptions
 
-JSON_NAME, PNG_NAME = "compare_sero_mini_v2.json", "compare_sero_mini_v2.png"
+#: the design whose results a run writes (``compare_sero_mini_<design>.json`` / ``.png``); v2: docs/results, void
+DESIGN = "v3"
+JSON_NAME, PNG_NAME = f"compare_sero_mini_{DESIGN}.json", f"compare_sero_mini_{DESIGN}.png"
 DIAGNOSTIC_PREFIXES = ("sero_", "credit_", "adv_", "probe", "branch_")
 #: per-step metrics kept in the JSON (besides the prefixes above)
 CURVE_KEYS = ("success_rate", "reward_mean", "zero_adv_fraction", "episode_turns", "invalid_share", "rollouts",
@@ -146,7 +151,11 @@ class Config:
     out: str = "runs/compare_sero_mini"
     start: str = "docs/results/sero_mini_start"
     """The committed start artefact (`scripts/sero_mini_start.py`); loaded, never regenerated."""
-    variants: tuple[str, ...] = tuple(VARIANTS)
+    variants: tuple[str, ...] = ("word", "readable_end")
+    """v3's: the word variant and the positive control with ``match`` / ``nomatch`` as the page's last word (v2 ran
+    ``readable``, the same word after the page's name, which this model cannot learn to read at the arms' budget)."""
+    positive_control: str = "readable_end"
+    """The readable variant whose SERO - GraphGPO contrast is the rule's positive control (clause 2)."""
     arms: tuple[str, ...] = DEFAULT_ARMS
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     steps: int = 150
@@ -154,13 +163,21 @@ class Config:
     group_size: int = 4
     max_group_size: int = 16
     lr: float = 1e-3
+    """Learning rate of every arm and of the learnability gate."""
     lr_warmup_steps: int = 3
     ppo_epochs: int = 1
-    """Optimizer steps per batch (`LossConfig.ppo_epochs`; 1: on-policy, the committed design)."""
+    """Optimizer steps per batch (`LossConfig.ppo_epochs`; 1: on-policy, v2's design)."""
+    kl_coef: float = 0.0
+    """beta of the k3 KL loss against the start (`LossConfig.kl_coef`; 0: no reference model, v2's design)."""
     eval_every: int = 25
     eval_episodes: int = 2
     final_eval_episodes: int = 4
-    gate_steps: int = 1000
+    gate_steps: int = 150
+    """Supervised steps of the learnability gate (`sero_mini_start.gate`; v3: the arms' update count)."""
+    gate_lr: float | None = None
+    """The gate's learning rate; None: the arms' ``lr`` (v3). v2 ran 1000 steps at 3e-3."""
+    skip_failed_gates: bool = True
+    """Run no arm of a variant whose learnability gate failed (its verdict is CANNOT TEST SERO whatever they do)."""
     jobs: int = 2
     fresh: bool = False
     """Ignore finished runs already in --out."""
@@ -215,7 +232,7 @@ def run_arm(variant: str, name: str, seed: int, start: str, cfg: Config,
         task=train_id, model=ModelConfig(path=start, device="cpu"), steps=cfg.steps, seed=seed,
         run_dir=str(Path(cfg.out) / "runs" / variant / f"{name.replace(' + ', '_').replace(' ', '_')}_seed{seed}"),
         prompts_per_step=cfg.tasks_per_step, group_size=cfg.group_size, max_new_tokens=2, lr=cfg.lr,
-        lr_warmup_steps=cfg.lr_warmup_steps, loss=LossConfig(ppo_epochs=cfg.ppo_epochs), agent=agent_config(arm, train_id), tensorboard=False, plot=False,
+        lr_warmup_steps=cfg.lr_warmup_steps, loss=LossConfig(ppo_epochs=cfg.ppo_epochs, kl_coef=cfg.kl_coef), agent=agent_config(arm, train_id), tensorboard=False, plot=False,
         progress=False, probe_tasks=0, explorer=arm.explorer, branch=BranchConfig(reserve=arm.reserve),  # type: ignore[arg-type]
     )  # fmt: skip
     t0, c0 = time.perf_counter(), time.process_time()
@@ -309,7 +326,9 @@ def _cpu_children() -> float:
 
 
 def main(cfg: Config) -> dict[str, Any]:
-    bad = [a for a in cfg.arms if a not in ARMS] + [v for v in cfg.variants if v not in VARIANTS]
+    bad = [a for a in cfg.arms if a not in ARMS] + [
+        v for v in (*cfg.variants, cfg.positive_control) if v not in VARIANTS
+    ]
     if bad:
         raise SystemExit(f"unknown arm(s) or variant(s) {bad}; arms: {list(ARMS)}; variants: {list(VARIANTS)}")
     for a in cfg.arms:
@@ -317,6 +336,7 @@ def main(cfg: Config) -> dict[str, Any]:
         if m is not None and m not in cfg.arms:
             raise SystemExit(f"arm {a!r} matches the env steps of {m!r}: add {m!r} to --arms")
     starts = {v: load_start(cfg.start, v) for v in cfg.variants}  # refuses a missing or altered start
+    gate_lr = cfg.lr if cfg.gate_lr is None else cfg.gate_lr
     torch.set_num_threads(1)
     t0, c0 = time.perf_counter(), time.process_time()
     out = Path(cfg.out)
@@ -325,14 +345,15 @@ def main(cfg: Config) -> dict[str, Any]:
     old = out / JSON_NAME
     prev = json.loads(old.read_text()) if old.exists() and not cfg.fresh else {}
     # resume: a gate is kept for the same start and gate steps; finished runs also need the same run settings
-    loose = ("out", "variants", "arms", "seeds", "jobs", "fresh", "bootstrap")
+    loose = ("out", "variants", "arms", "seeds", "jobs", "fresh", "bootstrap", "positive_control", "skip_failed_gates")
     settings_same = {k: v for k, v in prev.get("config", {}).items() if k not in loose} == {
         k: v for k, v in asdict(cfg).items() if k not in loose
     }
     for v, (_, entry) in starts.items():
         kept = prev.get("variants", {}).get(v, {})
         same = kept.get("start", {}).get("sha256") == entry["sha256"]
-        gate_same = same and (kept.get("gate") or {}).get("steps") == cfg.gate_steps
+        kept_gate = kept.get("gate") or {}
+        gate_same = same and kept_gate.get("steps") == cfg.gate_steps and kept_gate.get("lr") == gate_lr
         result["variants"][v] = {"start": {k: entry[k] for k in ("step", "criterion_met", "sha256")},
                                  "gate": kept.get("gate") if gate_same else None,
                                  "runs": [r for r in kept.get("runs", []) if same and settings_same
@@ -365,16 +386,22 @@ def main(cfg: Config) -> dict[str, Any]:
     ctx = mp.get_context("spawn")
     with ProcessPoolExecutor(max(1, cfg.jobs), mp_context=ctx) as pool:
         need = [v for v in cfg.variants if result["variants"][v]["gate"] is None]
-        gates = {v: pool.submit(gate, str(starts[v][0]), v, cfg.gate_steps) for v in need}
+        gates = {v: pool.submit(gate, str(starts[v][0]), v, cfg.gate_steps, gate_lr) for v in need}
         for v, fut in gates.items():
             result["variants"][v]["gate"] = fut.result()
             print(f"{v}: gate {json.dumps({k: x for k, x in fut.result().items() if k != 'train'})}", flush=True)
         write()
+        if cfg.skip_failed_gates:
+            failed = {v for v in cfg.variants if not gate_passed(result["variants"][v]["gate"])}
+            for v in sorted(failed):
+                print(f"{v}: learnability gate failed: CANNOT TEST SERO; its arms are not run", flush=True)
+            todo = [k for k in todo if k[0] not in failed]
         schedule(lambda k: pool.submit(run_arm, *k, str(starts[k[0]][0]), cfg, target(k)), todo, done, finished)
-    result["verdict"] = verdict(result["variants"], cfg.bootstrap)
+    result["verdict"] = verdict(result["variants"], cfg.bootstrap, cfg.positive_control)
     result["wall_s"] = time.perf_counter() - t0
     result["cpu_s"] = time.process_time() - c0 + _cpu_children()
-    result["complete"] = all((v, a, s) in done for v in cfg.variants for a in cfg.arms for s in cfg.seeds)
+    ran = [v for v in cfg.variants if not (cfg.skip_failed_gates and not gate_passed(result["variants"][v]["gate"]))]
+    result["complete"] = all((v, a, s) in done for v in ran for a in cfg.arms for s in cfg.seeds)
     write()
     print(json.dumps({v: {k: r[k] for k in ("verdict", "why", "credit_vs_data")}
                       for v, r in result["verdict"]["variants"].items()}, indent=1))  # fmt: skip

@@ -51,7 +51,8 @@ MATCHED = "GraphGPO + matched steps"
 SUPERVISED = "GraphGPO + supervised oracle rows"
 #: the verdict's controls (clauses 5 and 6)
 CONTROLS = (GRAPHGPO, MATCHED)
-#: the variant whose SERO - GraphGPO contrast is the positive control (clause 2)
+#: the variant whose SERO - GraphGPO contrast is the positive control (clause 2): v2's; design v3 passes
+#: ``readable_end`` (`scripts/compare_sero_mini.Config.positive_control`, docs/results/sero_mini_rule_v3.md)
 POSITIVE_CONTROL = "readable"
 MARGIN = 0.05
 TRAIN_MOVE = 0.05
@@ -118,21 +119,22 @@ def _within(c: Mapping[str, Any]) -> bool:
     return c["ci95"][1] < MARGIN
 
 
-def positive_control(variants: Mapping[str, Mapping[str, Any]], n: int) -> dict[str, Any]:
-    """Clause 2: the readable variant's gate passed and its SERO - GraphGPO lower bound is > 0."""
-    v = variants.get(POSITIVE_CONTROL)
+def positive_control(variants: Mapping[str, Mapping[str, Any]], n: int, name: str = POSITIVE_CONTROL) -> dict[str, Any]:
+    """Clause 2: the readable variant `name`'s gate passed and its SERO - GraphGPO lower bound is > 0."""
+    v = variants.get(name)
     if v is None:
-        return {"passed": False, "why": f"no {POSITIVE_CONTROL!r} variant in the results"}
+        return {"passed": False, "why": f"no {name!r} variant in the results"}
     if not gate_passed(v.get("gate")):
-        return {"passed": False, "why": f"the {POSITIVE_CONTROL} variant's learnability gate failed"}
+        return {"passed": False, "why": f"the {name} variant's learnability gate failed"}
     c = contrast(v["runs"], SERO, GRAPHGPO, n)
     if c is None:
-        return {"passed": False, "why": f"no paired {SERO} / {GRAPHGPO} runs in the {POSITIVE_CONTROL} variant"}
+        return {"passed": False, "why": f"no paired {SERO} / {GRAPHGPO} runs in the {name} variant"}
     ok = c["ci95"][0] > 0.0
     return {
         "passed": ok,
+        "variant": name,
         "sero_minus_graphgpo": c,
-        "why": "" if ok else f"{POSITIVE_CONTROL}: SERO - GraphGPO lower bound {c['ci95'][0]:+.3f} is not > 0",
+        "why": "" if ok else f"{name}: SERO - GraphGPO lower bound {c['ci95'][0]:+.3f} is not > 0",
     }
 
 
@@ -170,7 +172,10 @@ def read_variant(v: Mapping[str, Any], pc: Mapping[str, Any], n: int) -> dict[st
     return out
 
 
-def verdict(variants: Mapping[str, Mapping[str, Any]], n: int = 2000) -> dict[str, Any]:
-    """The rule applied to ``{variant: {"gate": {...}, "runs": [...]}}`` (the comparison's JSON ``variants``)."""
-    pc = positive_control(variants, n)
+def verdict(
+    variants: Mapping[str, Mapping[str, Any]], n: int = 2000, positive: str = POSITIVE_CONTROL
+) -> dict[str, Any]:
+    """The rule applied to ``{variant: {"gate": {...}, "runs": [...]}}`` (the comparison's JSON ``variants``);
+    `positive`: the readable variant of clause 2."""
+    pc = positive_control(variants, n, positive)
     return {"positive_control": pc, "variants": {name: read_variant(v, pc, n) for name, v in variants.items()}}

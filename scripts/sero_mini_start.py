@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 VARIANTS: dict[str, tuple[str, str]] = {
     "word": ("envkit/MiniShop-v0", "envkit/MiniShopHeldoutRotated-v0"),
     "readable": ("envkit/MiniShopReadable-v0", "envkit/MiniShopReadableHeldoutRotated-v0"),
+    "readable_end": ("envkit/MiniShopReadableEnd-v0", "envkit/MiniShopReadableEndHeldoutRotated-v0"),
 }
 HELDOUT_TASKS = 4 * SPLIT_SIZES["heldout"]
 DEMO_TASKS = 136
@@ -239,7 +240,7 @@ def gate(start: str | Path, variant: str, steps: int, lr: float = 3e-3) -> dict[
     losses = bc_warmup(model, tok, demo_rows(tok, demos, 1024), steps=steps, batch=8, lr=lr, seed=1)
     held = probe(model, tok, ProbePaths.of(held_id, range(HELDOUT_TASKS)))
     train = probe(model, tok, ProbePaths.of(train_id, TRAIN_EVAL_TASKS))
-    return {**held, "train": train, "steps": steps, "rows": len(demos), "bc_loss_last": losses[-1],
+    return {**held, "train": train, "steps": steps, "lr": lr, "rows": len(demos), "bc_loss_last": losses[-1],
             "wall_s": time.perf_counter() - t0}  # fmt: skip
 
 

@@ -16,7 +16,10 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from envkit.envs.alfworld.env import ALFWorldEnv
 
 __all__ = ["TEMPLATE", "TEMPLATE_NO_HISTORY", "AlfworldPrompt", "parse_action"]
 
@@ -95,7 +98,7 @@ class AlfworldPrompt:
             admissible_actions=actions,
         )
 
-    def for_env(self, env: Any, observation: str, info: Mapping[str, Any]) -> str:
+    def for_env(self, env: ALFWorldEnv, observation: str, info: Mapping[str, Any]) -> str:
         """The prompt for an `ALFWorldEnv` (``env.unwrapped``) at its current state.
 
         Past observations are the engine's feedback texts (the intro for the first), as in verl-agent.

@@ -48,6 +48,8 @@ FIXED_WORDS: tuple[str, ...] = (
 )  # fmt: skip
 #: the item page's verdict in the readable variant (``readable=True``): the right item's page shows ``match``
 READABLE_WORDS: tuple[str, ...] = ("match", "nomatch")
+#: where that word stands (`MiniShopEnv` ``marker``)
+MARKERS: tuple[str, ...] = ("top", "end")
 
 
 def vocabulary() -> set[str]:
@@ -77,6 +79,9 @@ class MiniShopEnv(SnapshotEnvBase):
             item shows the instruction's word) or ``nomatch``, so whether to buy or go back is one fixed word to
             read, not a comparison of two words the policy may never have seen. The results page is unchanged.
         rotations: 1, or 4: every task in all four rotations of its listing (`make_tasks`).
+        marker: Where the readable variant's ``match`` / ``nomatch`` stands: ``top`` (after the page's name, the
+            v2 positive control) or ``end`` (the observation's last word, after the instruction: right where the
+            policy answers; issue 32's v3 positive control).
     """
 
     #: env steps taken by every MiniShop env of this process (policy and oracle alike; never part of a state):
@@ -87,12 +92,14 @@ class MiniShopEnv(SnapshotEnvBase):
 
     def __init__(
         self, split: str = "train", max_steps: int = 8, evaluation: bool = False, readable: bool = False,
-        rotations: int = 1,
+        rotations: int = 1, marker: str = "top",
     ) -> None:  # fmt: skip
         super().__init__(evaluation=evaluation, max_action_length=256)
         if max_steps < 3:
             raise ValueError(f"MiniShopEnv: max_steps must be >= 3 (the finish from a wrong item), got {max_steps}")
-        self.split, self.max_steps, self.readable = split, int(max_steps), bool(readable)
+        if marker not in MARKERS:
+            raise ValueError(f"MiniShopEnv: marker must be one of {MARKERS}, got {marker!r}")
+        self.split, self.max_steps, self.readable, self.marker = split, int(max_steps), bool(readable), marker
         self.tasks: tuple[MiniTask, ...] = make_tasks(split, rotations)
         self.metadata = {**type(self).metadata, "action_format": "numbered"}
         self._task = 0
@@ -103,7 +110,8 @@ class MiniShopEnv(SnapshotEnvBase):
         self._feedback = ""
 
     def state_settings(self) -> dict[str, Any]:
-        return {"split": self.split, "max_steps": self.max_steps, "readable": self.readable, "tasks": len(self.tasks)}
+        return {"split": self.split, "max_steps": self.max_steps, "readable": self.readable, "marker": self.marker,
+                "tasks": len(self.tasks)}  # fmt: skip
 
     # ----- state, read by the oracle ---------------------------------------------------------------------
     @property
@@ -148,8 +156,10 @@ class MiniShopEnv(SnapshotEnvBase):
     def _render(self) -> tuple[str, dict[str, Any]]:
         task = self.task
         parts = [f"page: {self._page}"]
-        if self.readable and self._page == "item":
-            parts.append(READABLE_WORDS[0] if self._item == task.answer else READABLE_WORDS[1])
+        verdict = READABLE_WORDS[0] if self._item == task.answer else READABLE_WORDS[1]
+        shows = self.readable and self._page == "item"
+        if shows and self.marker == "top":
+            parts.append(verdict)
         cmds = self.commands()
         labels = [f"opt{k + 1}" for k in range(len(cmds))]
         if cmds:
@@ -159,6 +169,8 @@ class MiniShopEnv(SnapshotEnvBase):
         if self._feedback:
             parts.insert(0, self._feedback)
         parts.append(task.instruction)
+        if shows and self.marker == "end":
+            parts.append(verdict)
         won = self._won()
         info = {
             "admissible_actions": labels, "commands": list(cmds), "instruction": task.instruction,
@@ -211,9 +223,9 @@ class MiniShopHeldoutEnv(MiniShopEnv):
     """`MiniShopEnv` on the held-out tasks, an evaluation env by default (oracles refused); ``envkit/MiniShopHeldout-v0``."""
 
     def __init__(self, split: str = "heldout", max_steps: int = 8, evaluation: bool = True, readable: bool = False,
-                 rotations: int = 1) -> None:  # fmt: skip
+                 rotations: int = 1, marker: str = "top") -> None:  # fmt: skip
         super().__init__(split=split, max_steps=max_steps, evaluation=evaluation, readable=readable,
-                         rotations=rotations)  # fmt: skip
+                         rotations=rotations, marker=marker)  # fmt: skip
 
 
 class MiniShopHeldoutRotatedEnv(MiniShopHeldoutEnv):
@@ -237,3 +249,19 @@ class MiniShopReadableHeldoutRotatedEnv(MiniShopHeldoutEnv):
 
     def __init__(self, max_steps: int = 8, evaluation: bool = True) -> None:
         super().__init__(max_steps=max_steps, evaluation=evaluation, readable=True, rotations=4)
+
+
+class MiniShopReadableEndEnv(MiniShopEnv):
+    """The readable variant with ``match`` / ``nomatch`` as the observation's last word (after the instruction);
+    ``envkit/MiniShopReadableEnd-v0``."""
+
+    def __init__(self, max_steps: int = 8, evaluation: bool = False) -> None:
+        super().__init__(max_steps=max_steps, evaluation=evaluation, readable=True, marker="end")
+
+
+class MiniShopReadableEndHeldoutRotatedEnv(MiniShopHeldoutEnv):
+    """`MiniShopReadableEndEnv` on the held-out tasks in all four rotations;
+    ``envkit/MiniShopReadableEndHeldoutRotated-v0``."""
+
+    def __init__(self, max_steps: int = 8, evaluation: bool = True) -> None:
+        super().__init__(max_steps=max_steps, evaluation=evaluation, readable=True, rotations=4, marker="end")

@@ -20,6 +20,8 @@ MARKS = {
     "envkit/MiniShopHeldoutRotated-v0": (),
     "envkit/MiniShopReadable-v0": (),
     "envkit/MiniShopReadableHeldoutRotated-v0": (),
+    "envkit/MiniShopReadableEnd-v0": (),
+    "envkit/MiniShopReadableEndHeldoutRotated-v0": (),
     "envkit/WebShopBrowser-v0": (pytest.mark.browser,),
 }
 

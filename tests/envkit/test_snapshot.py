@@ -12,7 +12,10 @@ import pytest
 import envkit
 from envkit import checker
 from envkit.errors import InvalidActionError, ReplayDivergenceError, ResetNeededError, SnapshotError
-from envkit.snapshot import ReplaySnapshot
+from envkit.policies import ScriptedPolicy
+from envkit.pool_contract import dispatch
+from envkit.rollout import Task, play
+from envkit.snapshot import ReplaySnapshot, snapshot_env
 from envkit.testing import ToyEnv
 
 
@@ -286,3 +289,19 @@ def test_the_declaration_is_checked_before_anything_runs():
     env.metadata = {**env.metadata, "snapshot": "magic"}
     with pytest.raises(envkit.SnapshotContractError, match="rule 5: metadata"):
         checker.declared_kind(env)
+
+
+def test_snapshot_env_returns_the_env_typed_and_names_what_lacks_snapshots():
+    toy, replayed = gym.make("envkit/Toy-v0"), ReplaySnapshot(gym.make("CartPole-v1"))
+    assert snapshot_env(toy) is toy and snapshot_env(replayed) is replayed
+    with pytest.raises(SnapshotError, match=r"CartPole-v1\).*snapshot\(\) / restore\(\) / discard\(\).*ReplaySnapshot"):
+        snapshot_env(gym.make("CartPole-v1"))
+    limited = gym.make("envkit/Toy-v0", max_episode_steps=3)  # TimeLimit does not forward the env's methods
+    with pytest.raises(SnapshotError, match=r"TimeLimit .*wraps ToyEnv.*max_steps=N.*envkit\.wrappers"):
+        snapshot_env(limited)
+    # the callers that used to fail with an AttributeError now say the same
+    with pytest.raises(SnapshotError, match="TimeLimit"):
+        dispatch(limited, "snapshot_step", ["right"], {})
+    obs, info = limited.reset(seed=0)
+    with pytest.raises(SnapshotError, match="TimeLimit"):
+        play(limited, ScriptedPolicy(["right"]), obs, info, task=Task("t", seed=0), record_snapshots=True)

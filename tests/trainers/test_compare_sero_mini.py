@@ -70,7 +70,7 @@ def test_the_committed_start_loads_and_an_altered_file_is_refused(tmp_path):
     m = _script()
     from sero_mini_start import load_start
 
-    for variant in ("word", "readable"):
+    for variant in ("word", "readable", "readable_end"):
         folder, entry = load_start(START, variant)
         assert (folder / "model.safetensors").exists() and entry["step"] % 250 == 0
     copy = tmp_path / "start"
@@ -94,14 +94,16 @@ def test_smoke_every_default_arm_from_one_start_and_the_verdict_runs(tmp_path):
     m = _script()
     from sero_mini_start import StartConfig, build_start
 
-    build_start(StartConfig(out=str(tmp_path / "start"), bc_steps=10, every=5))
+    build_start(StartConfig(out=str(tmp_path / "start"), variants=m.Config.variants, bc_steps=10, every=5))
     cfg = m.Config(out=str(tmp_path / "out"), start=str(tmp_path / "start"), seeds=(0,), steps=2, eval_every=1,
                    eval_episodes=1, final_eval_episodes=1, gate_steps=3, tasks_per_step=3, jobs=2,
-                   bootstrap=100)  # fmt: skip
+                   bootstrap=100, skip_failed_gates=False)  # fmt: skip
     result = m.main(cfg)
     saved = json.loads((tmp_path / "out" / m.JSON_NAME).read_text())
     assert result["complete"] and saved["complete"]
-    assert set(saved["variants"]) == {"word", "readable"}
+    assert set(saved["variants"]) == {"word", "readable_end"}
+    assert saved["verdict"]["positive_control"].get("variant", "readable_end") == "readable_end"
+    assert all(v["gate"]["steps"] == 3 and v["gate"]["lr"] == cfg.lr for v in saved["variants"].values())
     for name, v in saved["variants"].items():
         assert {"p_back_wrong", "p_buy_right", "p_click_right"} <= set(v["gate"])
         runs = {r["arm"]: r for r in v["runs"]}

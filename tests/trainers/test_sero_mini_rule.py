@@ -115,3 +115,15 @@ def test_inconclusive_between_the_two_and_incomplete_without_a_control():
     del held[rule.MATCHED]
     out = rule.verdict({"word": _variant(held), "readable": readable}, 500)
     assert out["variants"]["word"]["verdict"] == "INCOMPLETE"
+
+
+def test_the_positive_control_is_the_named_readable_variant():
+    """Design v3 names ``readable_end`` as clause 2's variant; a result without it is VOID, not silently read."""
+    lead, flat = _variant(_levels(_spread(0.7))), _variant(_levels(_spread(0.3)))
+    out = rule.verdict({"word": flat, "readable_end": lead}, 500, positive="readable_end")
+    assert out["positive_control"]["passed"] and out["positive_control"]["variant"] == "readable_end"
+    assert out["variants"]["readable_end"]["verdict"] == "SUPPORT"
+    assert out["variants"]["word"]["verdict"] == "REFUTATION"  # level with both controls, positive control passed
+    missing = rule.verdict({"word": flat, "readable_end": lead}, 500)  # v2's default names "readable"
+    assert not missing["positive_control"]["passed"] and "no 'readable' variant" in missing["positive_control"]["why"]
+    assert missing["variants"]["readable_end"]["verdict"] == "VOID"

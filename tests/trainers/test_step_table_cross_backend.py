@@ -56,8 +56,9 @@ def _steps(i: int) -> tuple[Step, ...]:
     out = []
     for t, a in enumerate(actions):
         last = t == len(actions) - 1
+        info = {**_info(states[t + 1], invalid[t]), **({"success": True} if success and last else {})}  # the verdict
         out.append(Step(states[t], a, ENV_REWARD * (success and last), states[t + 1], success and last,
-                        truncated and last, _info(states[t + 1], invalid[t])))  # fmt: skip
+                        truncated and last, info))  # fmt: skip
     return tuple(out)
 
 

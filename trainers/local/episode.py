@@ -21,6 +21,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import gymnasium as gym
+
 from envkit.core import Step, Trajectory, env_success
 from envkit.recorder import EpisodeRecorder
 
@@ -47,7 +49,7 @@ class Episode:
 
     group: int
     index: int
-    env: Any
+    env: gym.Env[str, str]
     prompt_ids: list[int]
     context: list[int]
     flags: list[int]

@@ -155,7 +155,7 @@ def sampling_setup(
     max_new_tokens: int,
     stop_ids: Sequence[int],
     return_logprobs: bool,
-    device: Any,
+    device: torch.device | str,
     return_dict: bool = False,
 ) -> tuple[dict[str, Any], LogprobRecorder | None]:
     """`generate` keyword arguments for plain sampling with per-row temperatures (and the log-prob recorder)."""
@@ -226,7 +226,7 @@ def batch_sequences(
     prompts: Sequence[Sequence[int]],
     responses: Sequence[Sequence[int]],
     pad: int,
-    device: Any,
+    device: torch.device | str,
     loss_masks: Sequence[Sequence[int]] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Right-padded ids [B, L], attention mask [B, L] and target mask [B, L-1] for prompt+response rows.

@@ -17,11 +17,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import gymnasium as gym
+
 from envkit.errors import SessionLostError, SnapshotLostError, WorkerCrashedError
 from envkit.fleet.config import FleetConfig
 from envkit.lifetime import discard_many
 from envkit.recorder import EpisodeRecorder
 from envkit.registration import make
+from envkit.snapshot import snapshot_env
 from envkit.trainers.local.episode import Episode
 from envkit.trainers.local.generation import sample
 from envkit.trainers.local.options import AgentConfig
@@ -190,7 +193,7 @@ def _play_round(
     seed: int,
     record: bool,
     return_logprobs: bool,
-    envs: list[Any],
+    envs: list[gym.Env[str, str]],
     started: list[Episode] | None,
 ) -> list[Episode]:
     """One try of `play_specs` (no retries)."""
@@ -260,7 +263,7 @@ def _play_round(
             text = decode(tokenizer, act_ids).strip()
             rec = e.recorder
             try:
-                snap = e.env.snapshot() if rec is not None and rec.snapshots_on else None
+                snap = snapshot_env(e.env).snapshot() if rec is not None and rec.snapshots_on else None
                 obs, reward, terminated, truncated, info = e.env.step(text)
             except LOST_ENV_ERRORS as exc:
                 _lose(e, exc)
@@ -286,7 +289,7 @@ def _play_round(
     return episodes
 
 
-def _has_snapshots(env: Any) -> bool:
+def _has_snapshots(env: object) -> bool:
     """Whether `env` takes snapshots (without them SERO restores by verified replay)."""
     return callable(getattr(env, "snapshot", None))
 
@@ -295,24 +298,24 @@ def _stop(e: Episode) -> None:
     """End `e`'s record (with the final snapshot `envkit.recorder`'s rule asks for)."""
     if e.recorder is not None:
         try:
-            final = e.env.snapshot() if e.recorder.wants_final_snapshot else None
+            final = snapshot_env(e.env).snapshot() if e.recorder.wants_final_snapshot else None
         except LOST_ENV_ERRORS as exc:
             _lose(e, exc)
             return
         e.recorder.stop(final)
 
 
-def _reset(env: Any, seed: int) -> tuple[Any, dict[str, Any]]:
+def _reset(env: gym.Env[str, str], seed: int) -> tuple[str, dict[str, Any]]:
     """`env.reset`; once more when its env was lost before the episode began (a fleet env reopens on a live
     actor), so that only episodes under way are lost."""
     try:
-        return env.reset(seed=seed)  # type: ignore[no-any-return]
+        return env.reset(seed=seed)
     except LOST_ENV_ERRORS:
-        return env.reset(seed=seed)  # type: ignore[no-any-return]
+        return env.reset(seed=seed)
 
 
 def lost_episode(
-    group: int, index: int, env: Any, seed: int | None, exc: BaseException, parent: Episode | None = None,
+    group: int, index: int, env: gym.Env[str, str], seed: int | None, exc: BaseException, parent: Episode | None = None,
     fork_turn: int = 0,
 ) -> Episode:  # fmt: skip
     """An episode that lost its env before it could start (`Episode.lost`: the reason); `parent` and `fork_turn`:

@@ -10,10 +10,13 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envkit.errors import EnvkitError
 from envkit.io import changed_settings
+
+if TYPE_CHECKING:
+    from envkit.trainers.local.config import TrainConfig
 
 __all__ = ["RUN_ONLY_KEYS", "RunDirError", "check_run_dir", "run_settings"]
 
@@ -27,7 +30,7 @@ class RunDirError(EnvkitError, ValueError):
     """A run folder holds another run (no ``--resume``), or ``--resume`` was given other settings."""
 
 
-def run_settings(cfg: Any) -> dict[str, Any]:
+def run_settings(cfg: TrainConfig) -> dict[str, Any]:
     """The settings of `cfg` (a `TrainConfig`) that a resume must keep, as JSON data (``config.json``'s form)."""
     data = json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
     return {k: v for k, v in data.items() if k not in RUN_ONLY_KEYS}
@@ -42,7 +45,7 @@ def _used(run_dir: Path) -> list[str]:
     return found
 
 
-def check_run_dir(cfg: Any) -> None:
+def check_run_dir(cfg: TrainConfig) -> None:
     """Refuse a used `cfg.run_dir` without `cfg.resume`, and a resume whose settings differ from ``config.json``.
 
     Raises:

@@ -172,7 +172,7 @@ def episode_credit(
     return sero_advantages(step_table(episodes, cfg, kind), rescues, cfg.adv, cfg.sero_opts)
 
 
-def _oracle_row(tokenizer: PreTrainedTokenizerBase, e: Episode, outcome: Any) -> OracleRow:
+def _oracle_row(tokenizer: PreTrainedTokenizerBase, e: Episode, outcome: ContinuationOutcome) -> OracleRow:
     """The episode's ids up to the root (flag 0), then the oracle's actions (flag 1) and observations (flag 0);
     advantages 0 until `sero_credit` fills in each action's weighted credit."""
     t = outcome.root.t

@@ -22,7 +22,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import gymnasium as gym
 import numpy as np
+
+from envkit.snapshot import snapshot_env
 
 
 @dataclass(frozen=True)
@@ -122,7 +125,7 @@ class EnvTask:
     def __post_init__(self) -> None:
         from envkit.registration import make
 
-        self.env: Any = make(self.env_id, **self.env_kwargs).unwrapped
+        self.env: gym.Env[str, str] = make(self.env_id, **self.env_kwargs).unwrapped
         self.name = self.env_id.split("/")[-1]
         self._problems: dict[str, Any] = {}
         self._snapshots: dict[str, Any] = {}
@@ -136,7 +139,7 @@ class EnvTask:
             if problem is not None:
                 self._problems[task_id] = problem
             else:
-                self._snapshots[task_id] = self.env.snapshot()
+                self._snapshots[task_id] = snapshot_env(self.env).snapshot()
             target = self._target(problem)
             out.append(Problem(task_id=task_id, prompt=str(obs), answer=target, seed=seed))
         return out
@@ -161,7 +164,7 @@ class EnvTask:
             return [(float(r.reward), getattr(r.verdict, "value", "") != "no_answer") for r in results]
         out = []
         for p, c in zip(problems, completions, strict=True):
-            self.env.restore(self._snapshots[p.task_id])
+            snapshot_env(self.env).restore(self._snapshots[p.task_id])
             _, reward, _, _, info = self.env.step(c)
             out.append((float(info.get("success", float(reward) > 0)), not info.get("invalid", False)))
         return out

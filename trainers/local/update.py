@@ -136,7 +136,7 @@ def _norm(grads: list[torch.Tensor] | None) -> float:
 
 def update(
     model: PreTrainedModel,
-    optimizer: Any,
+    optimizer: torch.optim.Optimizer,
     batch: TrainBatch,
     cfg: LossConfig,
     pad: int,

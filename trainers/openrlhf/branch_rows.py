@@ -33,36 +33,26 @@ import asyncio
 import sys
 from collections import defaultdict
 from copy import deepcopy
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
 
 from envkit.credit.state_keys import AnchorTracker
 from envkit.lifetime import instance_scoped
+from envkit.snapshot import snapshot_env
 from envkit.trainers.explorers.branch import admit
-from envkit.trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord, RolloutSpec, Turn
+from envkit.trainers.openrlhf.executor_contract import ForkStart, GenerationContext
+from envkit.trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord, RolloutSpec
 
 if TYPE_CHECKING:
-    from transformers import PreTrainedTokenizerBase
-
     from envkit.trainers.openrlhf.executor_contract import GroupExecutor
+    from envkit.trainers.openrlhf.sero_rows import SeroEpisode
 
 __all__ = ["ForkStart", "branch_group", "fork_slot", "plan_forks"]
 
 
-@dataclass(frozen=True)
-class ForkStart:
-    """Where a fork's episode starts: the restored state and the backbone's row up to the fork turn."""
-
-    observation: str
-    info: dict[str, Any]
-    tracker: AnchorTracker
-    tokens: tuple[int, ...]
-    logprobs: tuple[float, ...]
-    turns: tuple[Turn, ...]
-    total: float
-
-
-def fork_slot(prompt: str, label: Any) -> dict[str, Any]:
+def fork_slot(prompt: str, label: object) -> dict[str, Any]:
     """The placeholder a fork slot's `execute` returns; `branch_group` replaces it (it never reaches a batch)."""
     record = RolloutRecord(spec=RolloutSpec(group="", fork=True), reason="fork_slot")
     return {"prompt": prompt, "label": label, "observation_tokens": [], "action_ranges": [], "reward": 0.0,
@@ -88,7 +78,9 @@ def plan_forks(points: list[tuple[int, int]], slots: int, branches: int) -> list
     return [points[(j // branches) % len(points)] for j in range(slots)]
 
 
-def fork_start(episode: Any, record: RolloutRecord, response: dict, turn: int, obs: Any, info: Any) -> ForkStart:
+def fork_start(
+    episode: SeroEpisode, record: RolloutRecord, response: dict, turn: int, obs: str, info: dict[str, Any]
+) -> ForkStart:
     """The `ForkStart` of a fork of `episode` (a `sero_rows.SeroEpisode` with its snapshots) before `turn`, once
     its env was restored there (`obs`, `info`).
 
@@ -121,15 +113,10 @@ def fork_start(episode: Any, record: RolloutRecord, response: dict, turn: int, o
 
 
 async def branch_group(
-    executor: GroupExecutor,
-    responses: list[dict],
-    episodes: list[Any],
-    actor: Any,
-    tokenizer: PreTrainedTokenizerBase,
-    max_length: int,
-    sampling_params: Any,
+    executor: GroupExecutor, responses: list[dict], episodes: list[SeroEpisode | None], gen: GenerationContext
 ) -> list[dict]:
-    """The group's responses with every fork slot replaced by a played fork (see the module docstring)."""
+    """The group's responses with every fork slot replaced by a played fork (see the module docstring); `gen`'s
+    engine is the rollout actor, each fork gets its own `SpecEngine` on it."""
     from envkit.trainers.openrlhf.rollout_actor import SpecEngine
 
     cfg = executor.config
@@ -137,27 +124,26 @@ async def branch_group(
     records = [RolloutRecord.from_dict(r[RESPONSE_KEY]) for r in responses]
     backbones = [i for i, r in enumerate(records) if not r.spec.fork]
     slots = [i for i, r in enumerate(records) if r.spec.fork]
-    if any(episodes[i] is None for i in backbones):
+    kept = {i: ep for i in backbones if (ep := episodes[i]) is not None}
+    if len(kept) < len(backbones):
         raise RuntimeError("explorer branch: a backbone's episode was not kept (the executor ran without the explorer)")
     nll = [records[i].extra["branch"]["nll"] for i in backbones]
     points = admit(nll, unspent=sys.maxsize, branches=bcfg.branches, max_turns=cfg.max_turns, limit=bcfg.points)
     plan = plan_forks(points, len(slots), bcfg.branches)
     out = list(responses)
 
-    async def play(slot: int, b: int, t: int, env: Any) -> None:
+    async def play(slot: int, b: int, t: int, env: gym.Env[str, str]) -> None:
         i = backbones[b]
-        ep, rec = episodes[i], records[i]
-        obs, info = await asyncio.to_thread(env.restore, ep.steps[t].snapshot)
+        ep, rec = kept[i], records[i]
+        obs, info = await asyncio.to_thread(snapshot_env(env).restore, ep.steps[t].snapshot)
         restored = getattr(env, "last_restore_kind", "") or "native"
         start = fork_start(ep, rec, responses[i], t, obs, info)
         spec = records[slot].spec
-        params = deepcopy(sampling_params)
+        params = deepcopy(gen.sampling_params)
         if spec.temperature is not None:
             params.temperature = spec.temperature
-        row = await executor.play_episode(
-            env, ep.task, responses[i]["prompt"], responses[i]["label"], params, max_length, tokenizer,
-            SpecEngine(actor, spec), fork=start,
-        )  # fmt: skip
+        fork_gen = replace(gen, engine=SpecEngine(gen.engine, spec), sampling_params=params)
+        row = await executor.play_episode(env, ep.task, responses[i]["prompt"], responses[i]["label"], fork_gen, start)
         new = RolloutRecord.from_dict(row[RESPONSE_KEY])
         tree = {"parent": rec.spec.index if t > 0 else -1, "fork": t, "source": rec.spec.index, "turn": t,
                 "entropy": float(nll[b][t]), "restored": restored}  # fmt: skip
@@ -167,16 +153,16 @@ async def branch_group(
     jobs: dict[int, list[tuple[int, int, int]]] = defaultdict(list)  # backbone -> its forks, played in turn
     for slot, (b, t) in zip(slots, plan, strict=True):
         jobs[b].append((slot, b, t))
-    scoped = instance_scoped(episodes[backbones[0]].env)
+    scoped = instance_scoped(kept[backbones[0]].env)
 
     async def run(items: list[tuple[int, int, int]]) -> None:
         if scoped:  # the backbone's own env: one fork at a time
             for slot, b, t in items:
-                await play(slot, b, t, episodes[backbones[b]].env)
+                await play(slot, b, t, kept[backbones[b]].env)
             return
 
         async def leased(slot: int, b: int, t: int) -> None:
-            async with executor.lease(episodes[backbones[b]].task) as env:
+            async with executor.lease(kept[backbones[b]].task) as env:
                 await play(slot, b, t, env)
 
         await asyncio.gather(*(leased(*item) for item in items))

@@ -38,12 +38,17 @@ from envkit.core import env_success
 from envkit.credit.state_keys import AnchorTracker
 from envkit.lifetime import discard_many
 from envkit.recorder import EpisodeRecorder
+from envkit.snapshot import snapshot_env
 from envkit.trainers.openrlhf.config import BackendConfig
-from envkit.trainers.openrlhf.executor_contract import RolloutTask
+from envkit.trainers.openrlhf.executor_contract import ForkStart, GenerationContext, RolloutTask
 from envkit.trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord, RolloutSpec, Turn
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
+    from vllm import SamplingParams
+
+    from envkit.trainers.openrlhf.executor_contract import TokenEngine
+    from envkit.trainers.openrlhf.sero_rows import SeroEpisode
 
 
 def render_prompt(prompt: str, observation: str) -> str:
@@ -72,14 +77,14 @@ class GymAgentExecutor(AgentExecutorBase):
 
     def __init__(self, config: BackendConfig | None = None) -> None:
         self.config = config if config is not None else BackendConfig.from_env()
-        self._free: dict[str, list[gym.Env[Any, Any]]] = {}
-        self._episodes: dict[str, Any] = {}  # SERO, branch: episodes with snapshots until their group is finished
+        self._free: dict[str, list[gym.Env[str, str]]] = {}
+        self._episodes: dict[str, SeroEpisode] = {}  # SERO, branch: episodes with snapshots until their group ends
         self._held: set[int] = set()  # branch: envs kept out of the cache with their episode (instance snapshots)
         self._ids = itertools.count()
 
     # ----- env reuse -----------------------------------------------------------------------------------------
     @contextlib.asynccontextmanager
-    async def lease(self, task: RolloutTask) -> AsyncIterator[gym.Env[Any, Any]]:
+    async def lease(self, task: RolloutTask) -> AsyncIterator[gym.Env[str, str]]:
         """An env for `task` (a cached one of its id and kwargs, else a new one), returned to the cache after."""
         free = self._free.setdefault(task.env_key, [])
         env = free.pop() if free else await asyncio.to_thread(self._make, task)
@@ -89,7 +94,7 @@ class GymAgentExecutor(AgentExecutorBase):
             if id(env) not in self._held:
                 self._free.setdefault(task.env_key, []).append(env)
 
-    def _make(self, task: RolloutTask) -> gym.Env[Any, Any]:
+    def _make(self, task: RolloutTask) -> gym.Env[str, str]:
         """A new env for `task`: in this process, or a session on the env fleet (``--fleet.*``)."""
         if self.config.fleet is None:
             return gym.make(task.env_id, **task.kwargs)
@@ -108,12 +113,12 @@ class GymAgentExecutor(AgentExecutorBase):
     async def execute(
         self,
         prompt: str,
-        label: Any,
-        sampling_params: Any,
+        label: object,
+        sampling_params: SamplingParams,
         max_length: int,
         hf_tokenizer: PreTrainedTokenizerBase,
-        llm_engine: Any,
-        images: Any = None,
+        llm_engine: TokenEngine,
+        images: object = None,
     ) -> dict[str, Any]:
         task = RolloutTask.from_label(label, self.config)
         if task.seed is None:  # all rollouts of one prompt must play the same episode: seed from the prompt
@@ -123,23 +128,21 @@ class GymAgentExecutor(AgentExecutorBase):
             from envkit.trainers.openrlhf.branch_rows import fork_slot
 
             return fork_slot(prompt, label)
+        gen = GenerationContext(llm_engine, hf_tokenizer, max_length, sampling_params)
         async with self.lease(task) as env:
-            return await self.play_episode(
-                env, task, prompt, label, sampling_params, max_length, hf_tokenizer, llm_engine
-            )
+            return await self.play_episode(env, task, prompt, label, gen)
 
     async def play_episode(
         self,
-        env: gym.Env[Any, Any],
+        env: gym.Env[str, str],
         task: RolloutTask,
         prompt: str,
-        label: Any,
-        sampling_params: Any,
-        max_length: int,
-        tokenizer: PreTrainedTokenizerBase,
-        engine: Any,
-        fork: Any = None,
+        label: object,
+        gen: GenerationContext,
+        fork: ForkStart | None = None,
     ) -> dict[str, Any]:
+        """One episode in `env` from reset (or from `fork`'s restored state) as an OpenRLHF response row."""
+        engine, tokenizer, max_length, sampling_params = gen.engine, gen.tokenizer, gen.max_length, gen.sampling_params
         if fork is None:
             obs, info = await asyncio.to_thread(env.reset, seed=task.seed, options=task.options)
         else:  # branching: `env` was restored to a backbone's state (`branch_rows.ForkStart`)
@@ -187,7 +190,7 @@ class GymAgentExecutor(AgentExecutorBase):
             action = clean_action(out.text, tokenizer)
             start, end = len(tokens), len(tokens) + len(action_tokens)
             state = str(obs)
-            snap = await asyncio.to_thread(env.snapshot) if episode is not None else None  # type: ignore[attr-defined]
+            snap = await asyncio.to_thread(snapshot_env(env).snapshot) if episode is not None else None
             obs, reward, terminated, env_trunc, info = await asyncio.to_thread(env.step, action)
             if episode is not None:
                 episode.recorder.step(snap, action, obs, reward, terminated, env_trunc, info)
@@ -220,7 +223,7 @@ class GymAgentExecutor(AgentExecutorBase):
         extra: dict[str, Any] = {}
         if episode is not None:
             rec = episode.recorder  # the final state only when this loop cut the episode (envkit.recorder)
-            rec.stop(await asyncio.to_thread(env.snapshot) if rec.wants_final_snapshot else None)  # type: ignore[attr-defined]
+            rec.stop(await asyncio.to_thread(snapshot_env(env).snapshot) if rec.wants_final_snapshot else None)
             extra["episode"] = f"e{next(self._ids)}"
             self._episodes[extra["episode"]] = episode
             if branch:  # kept with its episode until finish_group (ALFWorld's snapshots are instance-scoped)
@@ -252,19 +255,12 @@ class GymAgentExecutor(AgentExecutorBase):
             RESPONSE_KEY: record.to_dict(),
         }
 
-    async def finish_group(
-        self,
-        responses: list[dict],
-        actor: Any,
-        tokenizer: PreTrainedTokenizerBase,
-        max_length: int,
-        sampling_params: Any,
-    ) -> list[dict]:
+    async def finish_group(self, responses: list[dict], gen: GenerationContext) -> list[dict]:
         """After one prompt's rollouts: SERO oracle rows (``--sero``), the branch step's forks (fork slots of
         ``--explorer branch``), else the responses unchanged.
 
-        Called by envkit's rollout actor with the group's responses; see `envkit.trainers.openrlhf.sero_rows` and
-        `envkit.trainers.openrlhf.branch_rows`.
+        Called by envkit's rollout actor with the group's responses and how they were generated (`gen`, its engine
+        the rollout actor); see `envkit.trainers.openrlhf.sero_rows` and `envkit.trainers.openrlhf.branch_rows`.
         """
         records = [RolloutRecord.from_dict(r[RESPONSE_KEY]) for r in responses]
         episodes = [self._episodes.pop(k, None) if (k := r.extra.get("episode")) else None for r in records]
@@ -275,12 +271,12 @@ class GymAgentExecutor(AgentExecutorBase):
             if forks:
                 from envkit.trainers.openrlhf.branch_rows import branch_group
 
-                return await branch_group(self, responses, episodes, actor, tokenizer, max_length, sampling_params)
+                return await branch_group(self, responses, episodes, gen)
             if not self.config.sero:
                 return responses
             from envkit.trainers.openrlhf.sero_rows import sero_group
 
-            return await sero_group(self, responses, episodes, actor, tokenizer, max_length, sampling_params)
+            return await sero_group(self, responses, episodes, gen)
         finally:  # the group is credited: release its snapshots in the envs that took them (SWE layers)
             for ep in episodes:
                 if ep is not None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from copy import deepcopy
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import numpy as np
 import ray
@@ -30,10 +30,13 @@ from openrlhf.trainer.ray.vllm_engine import RolloutRayActor
 from openrlhf.trainer.ray.vllm_worker_wrap import WorkerWrap
 
 from envkit.trainers.openrlhf.config import BackendConfig
+from envkit.trainers.openrlhf.executor_contract import GenerationContext, TokenEngine
 from envkit.trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord, RolloutSpec
 
 if TYPE_CHECKING:
+    from openrlhf.utils.agent import AgentExecutorBase
     from transformers import PreTrainedTokenizerBase
+    from vllm import RequestOutput, SamplingParams
 
 WORKER_EXTENSION = "envkit.trainers.openrlhf.rollout_actor.EnvkitWorkerWrap"
 #: The CPU mode's worker extension (`envkit.trainers.openrlhf.cpu_engine`; only with ``--cpu``).
@@ -114,6 +117,15 @@ def engine_kwargs(kwargs: dict[str, Any], config: BackendConfig) -> dict[str, An
     return out
 
 
+@runtime_checkable
+class NoisyGenerator(Protocol):
+    """A rollout actor that generates EDEN's noisy first turn (`EnvkitRolloutActor.generate_noisy`)."""
+
+    async def generate_noisy(
+        self, prompt_token_ids: list[int], sampling_params: SamplingParams, spec: RolloutSpec
+    ) -> RequestOutput: ...
+
+
 class SpecEngine:
     """What the agent executor sees as ``llm_engine`` for one planned rollout.
 
@@ -121,19 +133,27 @@ class SpecEngine:
     turn (and every clean spec) is a plain token-prompt generation on the actor.
     """
 
-    def __init__(self, actor: Any, spec: RolloutSpec) -> None:
+    def __init__(self, actor: TokenEngine, spec: RolloutSpec) -> None:
         self.actor = actor
         self.spec = spec
         self.calls = 0
 
-    async def generate(self, prompt_token_ids: list[int], sampling_params: Any, multi_modal_data: Any = None) -> Any:
+    async def generate(
+        self, prompt_token_ids: list[int], sampling_params: SamplingParams, multi_modal_data: object = None
+    ) -> RequestOutput:
         self.calls += 1
         if self.spec.noisy and self.calls == 1:
+            if not isinstance(self.actor, NoisyGenerator):
+                raise TypeError(
+                    f"rollout {self.spec.index} of group {self.spec.group} is noisy (EDEN) but "
+                    f"{type(self.actor).__name__} has no generate_noisy: EDEN runs on envkit's rollout actor "
+                    "(EnvkitRolloutActor, --explorer eden)"
+                )
             return await self.actor.generate_noisy(prompt_token_ids, sampling_params, self.spec)
         return await self.actor.generate(prompt_token_ids, sampling_params, multi_modal_data=multi_modal_data)
 
     async def prompt_logprobs(self, prompt_token_ids: list[int]) -> list[float]:
-        return await self.actor.prompt_logprobs(prompt_token_ids)  # type: ignore[no-any-return]
+        return await self.actor.prompt_logprobs(prompt_token_ids)
 
 
 class EnvkitRolloutActor(RolloutRayActor.__ray_actor_class__):  # type: ignore[name-defined,misc]
@@ -207,17 +227,21 @@ class EnvkitRolloutActor(RolloutRayActor.__ray_actor_class__):  # type: ignore[n
         extra = torch.as_tensor(noisy, dtype=rows.dtype).unsqueeze(0)
         return torch.cat([rows, extra], dim=0)
 
-    async def generate_noisy(self, prompt_token_ids: list[int], sampling_params: Any, spec: RolloutSpec) -> Any:
+    async def generate_noisy(
+        self, prompt_token_ids: list[int], sampling_params: SamplingParams, spec: RolloutSpec
+    ) -> RequestOutput:
         """Generate from the prompt embeddings with EDEN's extra row (one output, like `generate`)."""
         from vllm.utils import random_uuid
 
         embeds = await self.noisy_prompt_embeds(prompt_token_ids, spec)
         params = deepcopy(sampling_params)
-        if getattr(params, "max_tokens", None):
+        if params.max_tokens:
             params.max_tokens = max(1, params.max_tokens - 1)  # the extra position takes one slot of the context
         final = None
         async for out in self.llm.generate({"prompt_embeds": embeds}, params, request_id=random_uuid()):
             final = out
+        if final is None:
+            raise RuntimeError(f"vLLM gave no output for EDEN's noisy prompt (rollout {spec.index} of {spec.group})")
         return final
 
     async def prompt_logprobs(self, prompt_token_ids: list[int]) -> list[float]:
@@ -236,11 +260,11 @@ class EnvkitRolloutActor(RolloutRayActor.__ray_actor_class__):  # type: ignore[n
         self,
         prompt: str,
         label: str,
-        sampling_params: Any,
+        sampling_params: SamplingParams,
         max_length: int,
         hf_tokenizer: PreTrainedTokenizerBase,
         specs: list[dict],
-        images: Any = None,
+        images: object = None,
     ) -> list[dict]:
         """Run one executor episode per spec; each response carries its record under ``"envkit"``."""
         return await run_planned(
@@ -256,15 +280,15 @@ def with_prefix(prompt: str, prefix: str) -> str:
 
 
 async def run_planned(
-    executor: Any,
-    actor: Any,
+    executor: AgentExecutorBase,
+    actor: TokenEngine,
     prompt: str,
     label: str,
-    sampling_params: Any,
+    sampling_params: SamplingParams,
     max_length: int,
     hf_tokenizer: PreTrainedTokenizerBase,
     specs: list[dict],
-    images: Any = None,
+    images: object = None,
 ) -> list[dict]:
     """`EnvkitRolloutActor.generate_planned` without the actor (the testable core).
 
@@ -295,8 +319,8 @@ async def run_planned(
 
     responses = list(await asyncio.gather(*(one(s) for s in parsed)))
     finish = getattr(executor, "finish_group", None)
-    if finish is not None:
-        responses = await finish(responses, actor, hf_tokenizer, max_length, sampling_params)
+    if finish is not None:  # the group's context, built once: the actor generates and scores its extra rows
+        responses = await finish(responses, GenerationContext(actor, hf_tokenizer, max_length, sampling_params))
     return responses
 
 

@@ -30,6 +30,7 @@ import asyncio
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import gymnasium as gym
 import numpy as np
 
 from envkit.core import Step, Trajectory
@@ -42,16 +43,17 @@ from envkit.trainers.sero_splice import splice_oracle_steps
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from envkit.trainers.openrlhf.executor_contract import GroupExecutor
+    from envkit.oracles.continuation import ContinuationOutcome
+    from envkit.trainers.openrlhf.executor_contract import GenerationContext, GroupExecutor, RolloutTask
 
 
 @dataclass
 class SeroEpisode:
     """What the executor keeps of one rollout while SERO may still need it."""
 
-    task: Any
+    task: RolloutTask
     recorder: EpisodeRecorder  # the steps with the snapshot before each, the final one by its rule
-    env: Any = None  # the env instance that took the snapshots (they are discarded there)
+    env: gym.Env[str, str]  # the env instance that took the snapshots (they are discarded there)
 
     @property
     def steps(self) -> tuple[Step, ...]:
@@ -82,26 +84,22 @@ def _tokenize(tokenizer: PreTrainedTokenizerBase, text: str) -> list[int]:
 
 
 async def sero_group(
-    executor: GroupExecutor,
-    responses: list[dict],
-    episodes: list[SeroEpisode | None],
-    actor: Any,
-    tokenizer: PreTrainedTokenizerBase,
-    max_length: int,
-    sampling_params: Any,
+    executor: GroupExecutor, responses: list[dict], episodes: list[SeroEpisode | None], gen: GenerationContext
 ) -> list[dict]:
-    """The group's responses with up to ``roots_per_group`` failed rollouts replaced by oracle rows."""
+    """The group's responses with up to ``roots_per_group`` failed rollouts replaced by oracle rows (`gen`'s engine,
+    the rollout actor, scores each oracle action's l_j)."""
     from envkit.credit.sero import RootRounds
     from envkit.oracles.continuation import continue_from_root, job_for
 
     cfg: BackendConfig = executor.config
     opts = cfg.sero_opts
     records = [RolloutRecord.from_dict(r[RESPONSE_KEY]) for r in responses]
-    if any(e is None for e in episodes) or not records:
+    kept = [e for e in episodes if e is not None]
+    if len(kept) < len(episodes) or not records:
         return responses
     scfg = cfg.sero_config  # resolved once from --env (envkit.env_settings): the turn cap is SERO's horizon
     horizon = scfg.horizon
-    trajs = [e.trajectory(rec.success) for e, rec in zip(episodes, records)]  # type: ignore[union-attr]
+    trajs = [e.trajectory(rec.success) for e, rec in zip(kept, records)]
     cap = min(opts.roots_per_group, opts.max_oracle_rows(len(responses), replace=True))
     out = list(responses)
     used: set[int] = set()
@@ -109,7 +107,7 @@ async def sero_group(
     for root in picker.roots():  # round after round (`envkit.credit.sero.root_rounds`, the one loop)
         if len(used) >= cap or root.trajectory in used:
             continue
-        task = episodes[root.trajectory].task  # type: ignore[union-attr]
+        task = kept[root.trajectory].task
         async with executor.lease(task) as env:
             outcome = await asyncio.to_thread(
                 continue_from_root, env, job_for(root, trajs[root.trajectory], task.env_id, horizon)
@@ -118,16 +116,7 @@ async def sero_group(
         if not outcome.success:
             continue
         row = await _oracle_row(
-            cfg,
-            responses[root.trajectory],
-            records[root.trajectory],
-            trajs[root.trajectory],
-            root.t,
-            outcome,
-            actor,
-            tokenizer,
-            max_length,
-            sampling_params,
+            cfg, responses[root.trajectory], records[root.trajectory], trajs[root.trajectory], root.t, outcome, gen
         )
         if row is not None:
             out[root.trajectory] = row
@@ -139,7 +128,7 @@ def oracle_record(
     cfg: BackendConfig,
     record: RolloutRecord,
     t: int,
-    outcome: Any,
+    outcome: ContinuationOutcome,
     spans: list[tuple[int, int]],
     loglik: list[float],
     trajectory: Trajectory | None = None,
@@ -178,14 +167,11 @@ async def _oracle_row(
     record: RolloutRecord,
     trajectory: Trajectory,
     t: int,
-    outcome: Any,
-    actor: Any,
-    tokenizer: PreTrainedTokenizerBase,
-    max_length: int,
-    sampling_params: Any,
+    outcome: ContinuationOutcome,
+    gen: GenerationContext,
 ) -> dict | None:
-    """Tokens and record of one oracle row (None when it does not fit in ``max_length``)."""
-
+    """Tokens and record of one oracle row (None when it does not fit in ``gen.max_length``)."""
+    tokenizer = gen.tokenizer
     tokens = list(response["observation_tokens"])
     if t < len(record.turns):
         tokens = tokens[: record.turns[t].start]
@@ -196,13 +182,13 @@ async def _oracle_row(
         tokens, outcome.steps, lambda action: _tokenize(tokenizer, action) + eos,
         lambda _act, observation: _tokenize(tokenizer, cfg.feedback_template.format(obs=observation)),
     )  # fmt: skip
-    if len(tokens) > max_length:
+    if len(tokens) > gen.max_length:
         return None
-    logprobs = await actor.prompt_logprobs(tokens)  # logprobs[i] is the log-prob of tokens[i + 1]
+    logprobs = await gen.engine.prompt_logprobs(tokens)  # logprobs[i] is the log-prob of tokens[i + 1]
     loglik = [min(float(np.mean(logprobs[s - 1 : e - 1])), 0.0) for s, e in spans]
     new_record = oracle_record(cfg, record, t, outcome, spans, loglik, trajectory)
     rollout_lps = None
-    if getattr(sampling_params, "logprobs", None) is not None:
+    if getattr(gen.sampling_params, "logprobs", None) is not None:
         base = list(response.get("rollout_log_probs") or [])[: spans[0][0] if spans else len(tokens)]
         rollout_lps = base + [0.0] * (len(tokens) - len(base))
         for s, e in spans:

@@ -210,7 +210,8 @@ def _fixed_position_success(env_id: str, position: int) -> float:
     return wins / len(env.tasks)
 
 
-@pytest.mark.parametrize("env_id", ["envkit/MiniShopHeldoutRotated-v0", "envkit/MiniShopReadableHeldoutRotated-v0"])
+@pytest.mark.parametrize("env_id", ["envkit/MiniShopHeldoutRotated-v0", "envkit/MiniShopReadableHeldoutRotated-v0",
+                                    "envkit/MiniShopReadableEndHeldoutRotated-v0"])  # fmt: skip
 def test_rotated_heldout_gives_any_positional_policy_exactly_a_quarter(env_id):
     for position in range(4):
         assert _fixed_position_success(env_id, position) == 0.25
@@ -248,3 +249,24 @@ def test_readable_item_page_says_match_or_nomatch_and_nothing_else_changes():
     run = run_oracle(readable, make_oracle("envkit/MiniShopReadable-v0"), *readable.reset(options={"task": 3}),
                      max_steps=8)  # fmt: skip
     assert run.success and len(run.steps) == 2
+
+
+def test_readable_end_puts_the_verdict_last_and_refuses_an_unknown_marker():
+    top, end = (
+        envkit.make("envkit/MiniShopReadable-v0").unwrapped,
+        envkit.make("envkit/MiniShopReadableEnd-v0").unwrapped,
+    )
+    for env in (top, end):
+        env.reset(options={"task": 3})
+    answer = end.task.answer
+    a, b = top.step(f"opt{answer + 1}")[0], end.step(f"opt{answer + 1}")[0]
+    assert b.endswith(f"{end.task.instruction} ; match") and b.split()[:3] == ["page:", "item", ";"]
+    assert sorted(a.split()) == sorted(b.split())  # the same words, only the verdict moved
+    end.step("opt2")
+    assert end.step(f"opt{(answer + 1) % 4 + 1}")[0].endswith(" ; nomatch")
+    assert "match" not in end.step("opt2")[0].split()  # the results page has no verdict
+    assert end.state_settings()["marker"] == "end" and top.state_settings()["marker"] == "top"
+    run = run_oracle(end, make_oracle("envkit/MiniShopReadableEnd-v0"), *end.reset(options={"task": 3}), max_steps=8)
+    assert run.success and len(run.steps) == 2
+    with pytest.raises(ValueError, match="marker must be one of"):
+        MiniShopEnv(readable=True, marker="middle")

@@ -47,6 +47,7 @@ def test_executor_discards_every_snapshot_and_the_swe_layer_store_stays_bounded(
     import envkit
     from envkit.envs.swe.layers import LayerStore
     from envkit.trainers.openrlhf.config import BackendConfig
+    from envkit.trainers.openrlhf.executor_contract import GenerationContext
     from envkit.trainers.openrlhf.gym_executor import GymAgentExecutor
     from envkit.trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord
     from envkit.trainers.sero_options import TrainerSeroOptions
@@ -76,7 +77,7 @@ def test_executor_discards_every_snapshot_and_the_swe_layer_store_stays_bounded(
             *(ex.execute("{obs}\nassistant: ", label, params, 4096, tok, engine) for _ in range(GROUP))
         )
         assert ex.pending_episodes == GROUP
-        return await ex.finish_group(list(outs), None, tok, 4096, params)
+        return await ex.finish_group(list(outs), GenerationContext(engine, tok, 4096, params))
 
     counts, played = [], 0
     try:

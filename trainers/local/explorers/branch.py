@@ -26,12 +26,14 @@ from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import gymnasium as gym
 import numpy as np
 import torch
 
 from envkit.credit.branching import BranchTree, loo_advantages
 from envkit.lifetime import discard_many, instance_scoped
 from envkit.recorder import EpisodeRecorder
+from envkit.snapshot import snapshot_env
 from envkit.trainers.explorers.branch import BranchConfig, admit, worst_cost
 from envkit.trainers.local.contracts import AgentExplorer, Budget, EpisodeCredit
 from envkit.trainers.local.generation import batch_sequences
@@ -90,7 +92,7 @@ def decision_entropies(
     return out
 
 
-def fork(backbone: Episode, turn: int, env: Any, index: int) -> Episode:
+def fork(backbone: Episode, turn: int, env: gym.Env[str, str], index: int) -> Episode:
     """A new episode in `env`, restored natively to `backbone`'s state before `turn`, with its prefix.
 
     Raises:
@@ -103,7 +105,7 @@ def fork(backbone: Episode, turn: int, env: Any, index: int) -> Episode:
             f"fork: backbone {backbone.group}/{backbone.index} has no snapshot before turn {turn}; play it with "
             "record=True in a snapshot-capable env (envkit.lifetime, metadata['snapshot'])"
         )
-    obs, _ = env.restore(backbone.steps[turn].snapshot)
+    obs, _ = snapshot_env(env).restore(backbone.steps[turn].snapshot)
     if str(obs) != backbone.steps[turn].observation:
         raise RuntimeError(
             f"fork: restoring backbone {backbone.group}/{backbone.index} before turn {turn} gave a different "
