@@ -68,12 +68,12 @@ def _episode(i: int, rec: RolloutRecord, index: int | None = None) -> Episode:
         if t.next_state is None:
             raise ValueError(f"row {i} turn {j}: no next_state (records from an older executor)")
         last = j == len(turns) - 1
-        recorder.step(None, t.action, t.next_state, t.reward, last and rec.success, False,
-                      _info(t.next_anchors, t.invalid))  # fmt: skip
+        info = {**_info(t.next_anchors, t.invalid), **({"success": True} if last and rec.success else {})}
+        recorder.step(None, t.action, t.next_state, t.reward, last and rec.success, False, info)
     recorder.stop()
-    e = Episode(0, i if index is None else index, None, [1], [1], [], [], [t.state for t in turns], [t.action for t in turns],
-                [float(t.reward) for t in turns], [bool(t.invalid) for t in turns], done=True, success=rec.success)  # fmt: skip
-    e.infos, e.recorder = [_info(t.anchors) for t in turns], recorder
+    e = Episode(0, i if index is None else index, None, [1], [1], [], [], recorder, done=True)
+    if e.success != rec.success:
+        raise ValueError(f"row {i}: the record says success={rec.success}, its last turn's info says {e.success}")
     return e
 
 

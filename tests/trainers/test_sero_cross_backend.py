@@ -15,6 +15,8 @@ in tests/trainers/test_step_table_cross_backend.py.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -60,6 +62,14 @@ def _steps(i):
     ]  # fmt: skip
 
 
+def _episode(i):
+    """GROUP[i] as the local trainer's `Episode`: its record is `_steps(i)`, the env's verdict on the last info."""
+    steps = _steps(i)
+    if GROUP[i][3]:
+        steps[-1] = dataclasses.replace(steps[-1], info={**steps[-1].info, "success": True})
+    return Episode.from_steps(0, i, GROUP[i][0][0], {}, steps)
+
+
 def _outcomes():
     return [
         ContinuationOutcome(
@@ -73,12 +83,7 @@ def _outcomes():
 
 
 def _local(sero):
-    episodes = []
-    for i, (states, actions, invalid, success) in enumerate(GROUP):
-        episodes.append(
-            Episode(0, i, None, [1], [1], [], [], list(states[: len(actions)]), list(actions),
-                    [0.0] * len(actions), list(invalid), done=True, success=success)
-        )  # fmt: skip
+    episodes = [_episode(i) for i in range(len(GROUP))]
     cfg = AgentConfig(estimator="graphgpo", sero=True, max_turns=4, adv=ADV, sero_opts=sero)
     found = [(episodes[o.root.trajectory], o) for o in _outcomes() if o.success]
     lls = [list(c[3]) for c in CONTINUATIONS if c[4]]
@@ -153,10 +158,7 @@ def test_sero_off_in_each_backend_is_plain_graphgpo():
     from envkit.credit.advantages import graphgpo_advantages
     from envkit.trainers.local.episode_steps import step_table
 
-    episodes = [
-        Episode(0, i, None, [1], [1], [], [], list(s[: len(a)]), list(a), [0.0] * len(a), list(inv), True, ok)
-        for i, (s, a, inv, ok) in enumerate(GROUP)
-    ]
+    episodes = [_episode(i) for i in range(len(GROUP))]
     cfg = AgentConfig(estimator="graphgpo", sero=True, max_turns=4, adv=ADV)
     plain = graphgpo_advantages(step_table(episodes, cfg), **ADV.graphgpo_kwargs()).advantages
     assert np.array_equal(episode_credit(episodes, [], [], cfg).policy.advantages, plain)
@@ -179,7 +181,8 @@ def _seen(state: str) -> str:
 
 
 def _keyed_step(s, a, r, n, done, invalid, oracle=False):
-    return Step(_seen(s), a, r, _seen(n), done, False, {"invalid": invalid, "state_key": n}, None, oracle)
+    info = {"invalid": invalid, "state_key": n, **({"success": True} if r > 0 else {})}
+    return Step(_seen(s), a, r, _seen(n), done, False, info, None, oracle)
 
 
 def _keyed_trajs():
@@ -221,10 +224,9 @@ def _keyed_backends(adv):
     sero = SeroOptions()
     trajs, outs = _keyed_trajs(), _keyed_outcomes()
     episodes = []
-    for i, (states, actions, invalid, success) in enumerate(GROUP):
-        e = Episode(0, i, None, [1], [1], [], [], [_seen(s) for s in states[: len(actions)]], list(actions),
-                    [0.0] * len(actions), list(invalid), done=True, success=success)  # fmt: skip
-        e.infos, e.recorder = [{"state_key": s} for s in states[: len(actions)]], _recorded(trajs[i])
+    for i, traj in enumerate(trajs):
+        e = Episode(0, i, None, [1], [1], [], [], _recorded(traj), done=True)
+        assert e.success == traj.success  # the env's verdict, read from the record
         episodes.append(e)
     acfg = AgentConfig(estimator="graphgpo", sero=True, max_turns=4, adv=adv, sero_opts=sero)
     found = [(episodes[o.root.trajectory], o) for o in outs if o.success]

@@ -56,8 +56,9 @@ def _steps(i: int) -> tuple[Step, ...]:
     out = []
     for t, a in enumerate(actions):
         last = t == len(actions) - 1
+        info = {**_info(states[t + 1], invalid[t]), **({"success": True} if success and last else {})}  # the verdict
         out.append(Step(states[t], a, ENV_REWARD * (success and last), states[t + 1], success and last,
-                        truncated and last, _info(states[t + 1], invalid[t])))  # fmt: skip
+                        truncated and last, info))  # fmt: skip
     return tuple(out)
 
 
@@ -86,9 +87,12 @@ def _episodes() -> list[Episode]:
         for s in traj.steps:
             rec.step(None, s.action, s.next_observation, s.reward, s.terminated, s.truncated, s.info)
         rec.stop()
-        e = Episode(0, i, None, [1], [1], [], [], list(states[: len(actions)]), list(actions),
-                    [s.reward for s in traj.steps], list(invalid), done=True, success=success)  # fmt: skip
-        e.infos, e.recorder = [_info(s) for s in states[: len(actions)]], rec
+        e = Episode(0, i, None, [1], [1], [], [], rec, done=True)
+        assert (e.success, e.invalid, e.observations[: len(actions)]) == (
+            success,
+            tuple(invalid),
+            tuple(states[: len(actions)]),
+        )
         out.append(e)
     return out
 

@@ -62,10 +62,11 @@ class AgentSource:
             per_episode = sero.turn_advantages
         else:
             per_episode = _turn_advantages(episodes, cfg)
-        per_episode, explorer_metrics = self.explorer.postprocess(episodes, per_episode)
+        credit = self.explorer.postprocess(episodes, per_episode)
+        per_episode, explorer_metrics = list(credit.advantages), dict(credit.metrics)
         prompts, responses, advs, flags = [], [], [], []
-        for e, turn_adv in zip(episodes, per_episode, strict=True):
-            if not e.in_loss:
+        for i, (e, turn_adv) in enumerate(zip(episodes, per_episode, strict=True)):
+            if not credit.keeps(i):
                 continue
             prompts.append(e.train_prompt_ids)
             responses.append(e.context[len(e.prompt_ids) :])

@@ -13,7 +13,8 @@ or `AgentSource` (multi-turn envs, `envkit.trainers.local.agent_source`); each h
 - `SingleTurnExplorer`: ``collect(step, problems, prompts, budget, seed=) -> list[Rollout]`` and
   ``postprocess(step, problems, rollouts) -> metrics`` (adjusts advantages and loss weights in place);
 - `AgentExplorer`: ``collect(step, seeds, budget, seed=) -> list[Episode]`` and ``postprocess(episodes,
-  turn_advantages) -> (turn_advantages, metrics)``.
+  turn_advantages) -> EpisodeCredit`` (a new value: per episode its turn advantages and whether it stays in the
+  loss, and the metrics; the episodes are not changed).
 
 As torchrl's ``EnvBase.step`` validates around ``_step``, the public ``collect`` checks the budget once and the
 method's ``_collect`` implements it. Plain groups (``--explorer none``) are explorers too
@@ -26,8 +27,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 import numpy as np
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
     from envkit.trainers.local.config import TrainConfig
 
-__all__ = ["AgentExplorer", "BatchSource", "Budget", "SingleTurnExplorer", "step_seed"]
+__all__ = ["AgentExplorer", "BatchSource", "Budget", "EpisodeCredit", "SingleTurnExplorer", "step_seed"]
 
 SamplesT = TypeVar("SamplesT")
 
@@ -139,6 +140,33 @@ class SingleTurnExplorer(ABC):
         return None
 
 
+@dataclass(frozen=True)
+class EpisodeCredit:
+    """An agent explorer's credit of one step's episodes (`AgentExplorer.postprocess`), a value of its own: the
+    episodes stay as they were played.
+
+    Attributes:
+        advantages: Per episode (in order), the advantage of each of its turns.
+        metrics: The explorer's metrics of the step.
+        in_loss: Per episode, whether its row enters the loss (EDEN's top-p selection drops noisy ones); None:
+            every episode.
+    """
+
+    advantages: tuple[np.ndarray, ...]
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+    in_loss: tuple[bool, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.in_loss is not None and len(self.in_loss) != len(self.advantages):
+            raise ValueError(
+                f"EpisodeCredit: {len(self.in_loss)} in_loss flags for {len(self.advantages)} episodes; give one each"
+            )
+
+    def keeps(self, i: int) -> bool:
+        """Whether episode `i`'s row enters the loss."""
+        return True if self.in_loss is None else self.in_loss[i]
+
+
 class AgentExplorer(ABC):
     """An explorer of multi-turn episodes: `collect` checks the budget, `_collect` plays (module docstring)."""
 
@@ -159,11 +187,9 @@ class AgentExplorer(ABC):
     @abstractmethod
     def _collect(self, step: int, seeds: list[int], budget: Budget, *, seed: int) -> list[Episode]: ...
 
-    def postprocess(
-        self, episodes: list[Episode], turn_advantages: list[np.ndarray]
-    ) -> tuple[list[np.ndarray], dict[str, Any]]:
-        """The turn advantages after the explorer's credit (may set ``in_loss``), and its metrics."""
-        return turn_advantages, {}
+    def postprocess(self, episodes: list[Episode], turn_advantages: list[np.ndarray]) -> EpisodeCredit:
+        """The turn advantages after the explorer's credit, which episodes stay in the loss, and its metrics."""
+        return EpisodeCredit(tuple(turn_advantages))
 
     def state_dict(self) -> dict[str, Any] | None:
         return None

@@ -1,10 +1,10 @@
 """The local trainer's episodes as step rows: `episode_path` (an `Episode` as a `PlayedPath`) and `step_table`.
 
-Every conventions lives in `envkit.credit.played_path` / `StepTable.from_paths`, the builder the OpenRLHF backend
-and ``envkit-oracle rollout`` use too; this module only reads an `Episode`: the observation before each action
-(`Episode.states`, `Episode.infos`) and the one after its last action, which `play` never appends to the context
-but its `EpisodeRecorder` keeps (``Episode.recorder``, always made by `play_specs`). Shared by the batch source's
-turn credit (`envkit.trainers.local.agent_source`) and SERO's (`envkit.trainers.local.sero`).
+Every convention lives in `envkit.credit.played_path` / `StepTable.from_paths`, the builder the OpenRLHF backend
+and ``envkit-oracle rollout`` use too; this module only reads an `Episode`'s one record of steps (its
+`EpisodeRecorder`, always made by `play_specs`): the observation and info before each action and after the last
+one. Shared by the batch source's turn credit (`envkit.trainers.local.agent_source`) and SERO's
+(`envkit.trainers.local.sero`).
 """
 
 from __future__ import annotations
@@ -21,20 +21,10 @@ __all__ = ["episode_path", "episodes_state_key", "step_table"]
 
 
 def episode_path(e: Episode) -> PlayedPath:
-    """`e` as a `PlayedPath`: its states before each action, then its final state when recorded (the recorder's
-    current observation after at least one step, or a state `play` appended without acting on it)."""
-    n = len(e.actions)
-    obs, infos = list(e.states[: n + 1]), list(e.infos[: n + 1]) if e.infos else None
-    rec = e.recorder
-    if len(obs) == n and n > 0 and rec is not None and len(rec) > 0:
-        obs.append(rec.observation)
-        if infos is not None:
-            infos.append(rec.info)
-    if infos is not None and len(infos) != len(obs):
-        infos = None  # an episode made without infos for every state: only the observation key applies
+    """`e` as a `PlayedPath`, read from its record: the state before each action, then the state after the last
+    one (`Episode.observations` / `Episode.infos`; an episode without a record: its start state alone)."""
     return PlayedPath(
-        e.group, e.index, tuple(obs), tuple(e.actions), tuple(float(r) for r in e.rewards), tuple(e.invalid),
-        bool(e.success), infos=tuple(infos) if infos is not None else None,
+        e.group, e.index, e.observations, e.actions, e.rewards, e.invalid, e.success, infos=e.infos or None,
     )  # fmt: skip
 
 

@@ -14,19 +14,18 @@ turns (`envkit.trainers.local.turn_cache`).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
-from envkit.core import Step, Trajectory, env_success, jsonable
 from envkit.errors import SessionLostError, SnapshotLostError, WorkerCrashedError
 from envkit.fleet.config import FleetConfig
 from envkit.lifetime import discard_many
 from envkit.recorder import EpisodeRecorder
 from envkit.registration import make
 from envkit.snapshot import snapshot_env
+from envkit.trainers.local.episode import Episode
 from envkit.trainers.local.generation import sample
 from envkit.trainers.local.options import AgentConfig
 from envkit.trainers.local.prompt_encoding import decode, encode_prompt, encode_text
@@ -68,81 +67,6 @@ def continuation_ids(
     if action_ids and action_ids[-1] == tokenizer.eos_token_id and eos_text and closing.startswith(eos_text):
         closing = closing[len(eos_text) :]
     return encode_text(tokenizer, closing + opening)
-
-
-@dataclass
-class Episode:
-    """One multi-turn episode's token-level record."""
-
-    group: int
-    index: int
-    env: gym.Env[str, str]
-    prompt_ids: list[int]
-    context: list[int]
-    flags: list[int]
-    turn_of_token: list[int]
-    states: list[str]
-    actions: list[str]
-    rewards: list[float]
-    invalid: list[bool]
-    done: bool = False
-    success: bool = False
-    context_truncated: bool = False
-    action_truncated: int = 0
-    seed: int | None = None
-    recorder: EpisodeRecorder | None = None  # the env steps (`play_specs` always; snapshots with ``record=True``)
-    icl: bool = False  # XRPO: the first prompt carries ICL demonstrations
-    noisy: bool = False  # EDEN: the first turn had a perturbed extra input position
-    in_loss: bool = True  # False: the explorer dropped this episode from the loss (EDEN's top-p selection)
-    loss_prompt_ids: list[int] | None = None  # the prompt the loss sees, when not `prompt_ids` (XRPO clean)
-    logprobs: list[float] = field(default_factory=list)  # sampling log-probs of the action tokens, when recorded
-    infos: list[dict[str, Any]] = field(default_factory=list)  # JSON-able info of each of `states` (state keys)
-    lost: str = ""  # why the episode lost its env mid-way (a fleet actor or node lost): dropped from the update
-    retries: int = 0  # earlier tries of this episode that were lost (``agent.retries``)
-
-    @property
-    def initial_info(self) -> dict[str, Any]:
-        """The JSON-able info where the recording starts (the reset's; a fork's: its start state's), from
-        `recorder`; empty for an episode not played by `play_specs`."""
-        return self.recorder.initial_info if self.recorder is not None else {}
-
-    @property
-    def train_prompt_ids(self) -> list[int]:
-        """The prompt of this episode's training row (`prompt_ids` unless XRPO trains ICL rows on the plain one)."""
-        return self.prompt_ids if self.loss_prompt_ids is None else self.loss_prompt_ids
-
-    def action_start(self, t: int) -> int:
-        """Index in `context` of turn t's first action token (len(context) when turn t was never played)."""
-        after = next((i for i, k in enumerate(self.turn_of_token) if k == t), len(self.turn_of_token))
-        return len(self.prompt_ids) + after
-
-    def action_ids(self, t: int) -> list[int]:
-        """The token ids sampled as turn t's action."""
-        return [tok for tok, k in zip(self.context[len(self.prompt_ids) :], self.turn_of_token, strict=True) if k == t]
-
-    @property
-    def steps(self) -> tuple[Step, ...]:
-        """The recorded env steps, each with the snapshot before it (``record=True``; None otherwise)."""
-        return self.recorder.steps if self.recorder is not None else ()
-
-    @property
-    def final_snapshot(self) -> Any:
-        """The final state's snapshot (`envkit.recorder`'s rule: only when the trainer cut the episode)."""
-        return self.recorder.final_snapshot if self.recorder is not None else None
-
-    def snapshots(self) -> list[Any]:
-        """Every snapshot this episode took (before each step, and of its final state), for discarding."""
-        return self.recorder.snapshots() if self.recorder is not None else []
-
-    def trajectory(self, env_id: str) -> Trajectory:
-        """The episode as an `envkit.core.Trajectory` (snapshots only with ``record=True`` in `play`).
-
-        Raises:
-            ValueError: the episode has no recorder (it was not played by `play_specs`).
-        """
-        if self.recorder is None:
-            raise ValueError(f"episode {self.group}/{self.index} recorded no steps: play it with play_specs")
-        return self.recorder.trajectory(env_id=env_id, task_id=str(self.seed), seed=self.seed, success=self.success)
 
 
 _ENV_CACHE: dict[str, list[Any]] = {}
@@ -291,17 +215,17 @@ def _play_round(
                 f"the first prompt of {env_id} has {len(ids)} tokens: raise agent.max_context_tokens above "
                 f"{len(ids) + max_new_tokens}"
             )
-        ep = Episode(spec.group, spec.index, env, ids, list(ids), [], [], [str(obs)], [], [], [])
-        ep.seed = int(spec.seed)
-        ep.recorder = EpisodeRecorder(obs, info0, snapshots=record and _has_snapshots(env))  # the episode's record
-        ep.infos = [jsonable(info0)]
+        recorder = EpisodeRecorder(obs, info0, snapshots=record and _has_snapshots(env))  # the episode's one record
+        ep = Episode(spec.group, spec.index, env, ids, list(ids), [], [], recorder, seed=int(spec.seed))
         ep.icl = spec.prompt_text is not None
         ep.noisy = spec.first_extra is not None
         episodes.append(ep)
-    for e in episodes if started is not None else []:  # a branch records from where it starts
+    for e in episodes if started is not None else []:  # a branch records from where it starts (its own recorder)
         if e.recorder is None and not e.lost:
-            snaps = record and _has_snapshots(e.env)
-            e.recorder = EpisodeRecorder(e.states[-1], e.infos[-1] if e.infos else {}, snapshots=snaps)
+            raise ValueError(
+                f"play_specs: started episode {e.group}/{e.index} has no recorder; make it with "
+                "envkit.trainers.local.explorers.branch.fork (or give it an EpisodeRecorder at its start state)"
+            )
     temp_of = {id(e): temperature if sp.temperature is None else sp.temperature for e, sp in zip(episodes, specs)}
     extra_of = {id(e): sp.first_extra for e, sp in zip(episodes, specs)}
     noisy_start = any(x is not None for x in extra_of.values())
@@ -334,7 +258,7 @@ def _play_round(
                 e.logprobs += out.logprobs[i]
             e.context += act_ids
             e.flags += [1] * len(act_ids)
-            e.turn_of_token += [len(e.actions)] * len(act_ids)
+            e.turn_of_token += [e.turns] * len(act_ids)
             e.action_truncated += int(trunc)
             text = decode(tokenizer, act_ids).strip()
             rec = e.recorder
@@ -346,11 +270,7 @@ def _play_round(
                 continue
             if rec is not None:
                 rec.step(snap, text, obs, reward, terminated, truncated, info)
-            e.actions.append(text)
-            e.rewards.append(float(reward))
-            e.invalid.append(bool(info.get("invalid", False)))
-            e.success = env_success(info)
-            if terminated or truncated or len(e.actions) >= cfg.max_turns:
+            if terminated or truncated or e.turns >= cfg.max_turns:
                 e.done = True
                 _stop(e)
                 continue
@@ -363,8 +283,6 @@ def _play_round(
             e.context += more
             e.flags += [0] * len(more)
             e.turn_of_token += [-1] * len(more)
-            e.states.append(str(obs))
-            e.infos.append(jsonable(info))
     for e in episodes:  # a started episode already at the turn cap plays no turn
         if e.recorder is not None and not e.recorder.stopped:
             _stop(e)
@@ -397,13 +315,15 @@ def _reset(env: gym.Env[str, str], seed: int) -> tuple[str, dict[str, Any]]:
 
 
 def lost_episode(
-    group: int, index: int, env: gym.Env[str, str], seed: int | None, exc: BaseException, prefix: Sequence[str] = ()
-) -> Episode:
-    """An episode that lost its env before it could start (`Episode.lost`: the reason); `prefix`: the actions it
-    shares with its parent (a branch), so that it counts no env step of its own."""
-    ep = Episode(group, index, env, [], [], [], [], [], list(prefix), [], [], done=True)
-    ep.seed, ep.lost = seed, _why(exc)
-    return ep
+    group: int, index: int, env: gym.Env[str, str], seed: int | None, exc: BaseException, parent: Episode | None = None,
+    fork_turn: int = 0,
+) -> Episode:  # fmt: skip
+    """An episode that lost its env before it could start (`Episode.lost`: the reason); `parent` and `fork_turn`:
+    a branch's backbone and fork turn (its prefix), so that it counts no env step of its own."""
+    return Episode(
+        group, index, env, [], [], [], [], None, parent, fork_turn if parent is not None else 0, done=True,
+        seed=seed, lost=_why(exc),
+    )  # fmt: skip
 
 
 def _why(exc: BaseException) -> str:

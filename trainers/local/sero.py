@@ -164,7 +164,7 @@ def episode_credit(
     kind = episodes_state_key(episodes, cfg, [s.info for _, out in rescued for s in out.steps])
     rescues = [
         Rescue.from_path(
-            kind, (e.states[0], e.infos[0] if e.infos else {}), e.steps[: out.root.t], out.steps, group=e.group,
+            kind, (e.initial_observation, e.initial_info), e.steps[: out.root.t], out.steps, group=e.group,
             trajectory=e.index, t=out.root.t, loglik=ll, episode_return=float(cfg.adv.terminal_reward or 0.0),
         )
         for (e, out), ll in zip(rescued, logliks, strict=True)

@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from envkit.core import Step  # noqa: E402
 from envkit.credit.advantage_options import AdvantageOptions  # noqa: E402
 from envkit.errors import SnapshotError  # noqa: E402
 from envkit.runtime.models import ModelConfig  # noqa: E402
@@ -117,9 +118,9 @@ def test_branch_rows_train_only_their_own_actions_after_the_backbones_prefix(tmp
 
 
 def _episode(group, index, actions, success):
-    e = Episode(group, index, None, [1], [1], [], [], ["s"] * (len(actions) + 1), list(actions), [], [])
-    e.success = success
-    return e
+    steps = [Step("s", a, 0.0, "s", success and t == len(actions) - 1, False, {"success": success})
+             for t, a in enumerate(actions)]  # fmt: skip
+    return Episode.from_steps(group, index, "s", {}, steps)
 
 
 def test_postprocess_adds_weighted_leave_one_out_to_the_estimator(tmp_path):
@@ -129,7 +130,8 @@ def test_postprocess_adds_weighted_leave_one_out_to_the_estimator(tmp_path):
     driver = AgentBranchDriver(base.branch, None, None, run)  # type: ignore[arg-type]  # postprocess needs no model
     eps = [_episode(0, 0, ["a", "b", "c"], True), _episode(0, 1, ["a", "x"], False)]
     driver._links = {(0, 0): (-1, 0), (0, 1): (0, 1)}
-    out, stats = driver.postprocess(eps, [np.array([1.0, 1.0, 1.0]), np.array([2.0, 2.0])])
+    credit = driver.postprocess(eps, [np.array([1.0, 1.0, 1.0]), np.array([2.0, 2.0])])
+    out, stats = credit.advantages, credit.metrics
     # LOO at (0, 1): returns 10 vs 0 -> +10 / -10; 0.5 * estimator + 2 * LOO
     assert out[0].tolist() == [0.5, 20.5, 20.5] and out[1].tolist() == [1.0, -19.0]
     assert stats["branch_loo_mass"] == 30.0 and stats["branch_loo_abs_mean"] == 7.5

@@ -9,6 +9,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 import envkit.trainers.local.multi_turn as mt  # noqa: E402
+from envkit.core import Step  # noqa: E402
 from envkit.runtime.models import ModelConfig  # noqa: E402
 from envkit.trainers.explorers.eden import EdenBankConfig, absorb, eden_advantages, select_noisy  # noqa: E402
 from envkit.trainers.local.multi_turn import AgentConfig, Episode  # noqa: E402
@@ -64,9 +65,8 @@ def test_noisy_episodes_perturb_only_their_first_turn_and_train_on_clean_prompts
 def _episodes(successes, noisy, turns=2):
     eps = []
     for i, (s, n) in enumerate(zip(successes, noisy, strict=True)):
-        e = Episode(i // 4, i % 4, None, [1], [1], [], [], ["s"], ["a"] * turns, [], [])
-        e.success, e.noisy = bool(s), bool(n)
-        eps.append(e)
+        steps = [Step("s", "a", 0.0, "s", t == turns - 1, False, {"success": bool(s)}) for t in range(turns)]
+        eps.append(Episode.from_steps(i // 4, i % 4, "s", {}, steps, noisy=bool(n)))
     return eps
 
 
@@ -75,11 +75,12 @@ def test_episode_level_advantages_are_edens_exactly(tmp_path):
     succ = [1, 0, 1, 0, 0, 0, 1, 1]
     noisy = [0, 0, 1, 1] * 2
     eps = _episodes(succ, noisy)
-    out, stats = driver.postprocess(eps, [np.zeros(2) for _ in eps])
+    credit = driver.postprocess(eps, [np.zeros(2) for _ in eps])
+    out, stats = credit.advantages, credit.metrics
     want = eden_advantages([float(s) for s in succ], [e.group for e in eps], np.array(noisy, bool), driver.cfg, "grpo")
     for o, w in zip(out, want.advantages, strict=True):
         assert np.allclose(o, [w, w])
-    assert [e.in_loss for e in eps] == want.loss_mask.tolist()
+    assert list(credit.in_loss) == want.loss_mask.tolist()
     assert "eden_noisy_kept_share" in stats
 
 
@@ -88,13 +89,14 @@ def test_turn_level_advantages_are_absorbed_like_the_openrlhf_backend(tmp_path):
     noisy = np.array([0, 0, 1, 1] * 2, bool)
     eps = _episodes([0] * 8, noisy)
     adv = [np.array([0.1 * (i + 1), -0.2 * i]) for i in range(8)]
-    out, _ = driver.postprocess(eps, adv)
+    credit = driver.postprocess(eps, adv)
+    out = credit.advantages
     row_abs = np.array([np.mean(np.abs(a)) for a in adv])
     keep = select_noisy(row_abs, noisy, 0.5)
     scale, keep = absorb(np.ones(8), noisy, keep, 0.5)
     for o, a, s in zip(out, adv, scale, strict=True):
         assert np.allclose(o, a * s)
-    assert [e.in_loss for e in eps] == keep.tolist() and sum(keep) == 6
+    assert list(credit.in_loss) == keep.tolist() and sum(keep) == 6
 
 
 def test_training_and_resume_keep_the_anchor_bank(tmp_path):

@@ -8,6 +8,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
+from envkit.core import Step  # noqa: E402
 from envkit.runtime.models import ModelConfig  # noqa: E402
 from envkit.trainers.explorers.xrpo import XrpoConfig, sharpen  # noqa: E402
 from envkit.trainers.local.multi_turn import AgentConfig, Episode  # noqa: E402
@@ -61,15 +62,20 @@ def test_clean_loss_prompt_keeps_the_episodes_and_trains_on_the_plain_prompt(tmp
     assert len({tuple(p) for p in aug_batch.prompts}) > len(plain)
 
 
+def _played(group, index, start, actions, success, **tags):
+    """An episode whose record is `actions` from `start`, the last step's info carrying the env's verdict."""
+    steps = [Step(start, a, 0.0, start, t == len(actions) - 1, False, {"success": success})
+             for t, a in enumerate(actions)]  # fmt: skip
+    return Episode.from_steps(group, index, start, {}, steps, **tags)
+
+
 def test_sharpening_and_corpus_growth_on_episode_rows(tmp_path):
     trainer = _trainer(tmp_path)
     driver = trainer.explorer
     driver._stats = {}
 
     def ep(group, index, success, logprobs, actions):
-        e = Episode(group, index, None, [1], [1], [], [], [f"task {group} start"], list(actions), [], [])
-        e.success, e.logprobs, e.seed = success, list(logprobs), 100 + group
-        return e
+        return _played(group, index, f"task {group} start", actions, success, logprobs=list(logprobs), seed=100 + group)
 
     eps = [
         ep(0, 0, True, [-0.1, -0.2], ["right", "right"]),
@@ -78,7 +84,8 @@ def test_sharpening_and_corpus_growth_on_episode_rows(tmp_path):
         ep(1, 0, False, [-1.0], ["stay"]),
     ]
     adv = [np.full(len(e.actions), a) for e, a in zip(eps, [0.5, 0.5, -1.0, 0.0], strict=True)]
-    out, stats = driver.postprocess(eps, adv)
+    credit = driver.postprocess(eps, adv)
+    out, stats = credit.advantages, credit.metrics
     want = sharpen(np.array([0.5, 0.5, -1.0, 0.0]), np.array([1, 1, 0, 0], bool), [-0.15, -2.5, -1.0, -1.0],
                    [0, 0, 0, 1], lambda_n=2.5, kappa=0.5)  # fmt: skip
     assert not np.allclose(want, [0.5, 0.5, -1.0, 0.0])  # the novel (less likely) success gained
@@ -90,9 +97,8 @@ def test_sharpening_and_corpus_growth_on_episode_rows(tmp_path):
 
 def test_gigpo_turn_advantages_are_not_sharpened(tmp_path):
     trainer = _trainer(tmp_path, estimator="gigpo")
-    e = Episode(0, 0, None, [1], [1], [], [], ["s"], ["right"], [], [])
-    e.success, e.logprobs, e.seed = True, [-0.5], 7
-    out, _ = trainer.explorer.postprocess([e], [np.array([0.25])])
+    e = _played(0, 0, "s", ["right"], True, logprobs=[-0.5], seed=7)
+    out = trainer.explorer.postprocess([e], [np.array([0.25])]).advantages
     assert out[0].tolist() == [0.25]
 
 

@@ -38,22 +38,17 @@ def _backbone(env: Any, reset: dict[str, Any], choose) -> tuple[Episode, list[tu
     """A scripted episode recorded the way `play_specs(record=True)` records one (a snapshot before each step),
     with stand-in token ids: turn k's action is one id, its observation one more."""
     obs, info = env.reset(**reset)
-    ep = Episode(0, 0, env, [0], [0], [], [], [str(obs)], [], [], [])
-    ep.recorder = EpisodeRecorder(obs, info, snapshots=True)
+    ep = Episode(0, 0, env, [0], [0], [], [], EpisodeRecorder(obs, info, snapshots=True))
     transitions = []
     for k in range(6):
         action = choose(k, info)
         snap = env.snapshot()
         out = env.step(action)
         transitions.append(_transition(out))
-        ep.recorder.step(snap, action, *out)
-        ep.actions.append(action)
-        ep.rewards.append(float(out[1]))
-        ep.invalid.append(bool(out[4].get("invalid", False)))
+        ep.recorder.step(snap, action, *out)  # the episode's one record: actions, rewards, flags, infos
         ep.context += [100 + k, 7]
         ep.flags += [1, 0]
         ep.turn_of_token += [k, -1]
-        ep.states.append(str(out[0]))
         info = out[4]
         if out[2] or out[3]:
             break
@@ -66,7 +61,8 @@ def _check_forks(backbone: Episode, transitions: list[tuple], envs: list[Any], n
             kid = fork(backbone, t, env, 1 + j)
             if native:
                 assert getattr(env.unwrapped, "last_restore_kind", "native") == "native"
-            assert kid.states == backbone.states[: t + 1] and kid.actions == backbone.actions[:t]
+            assert kid.observations == backbone.observations[: t + 1] and kid.actions == backbone.actions[:t]
+            assert kid.infos == backbone.infos[: t + 1] and kid.snapshots() == []  # the prefix is the backbone's
             assert kid.prompt_ids == backbone.context[: 1 + 2 * t]  # the shared token prefix, up to turn t
         # the same actions from the restored state give the backbone's transitions, in every fork
         for k in range(t, len(backbone.actions)):
@@ -83,11 +79,11 @@ def test_alfworld_forks_restore_the_exact_state_natively_in_the_backbones_instan
         backbone, transitions = _backbone(
             env, {"seed": 0, "options": {"game": 0}}, lambda k, info: sorted(info["admissible_actions"])[(7 * k) % 5]
         )
-        assert len({s for s in backbone.states}) > 2  # the script moves through different states
+        assert len(set(backbone.observations)) > 2  # the script moves through different states
         # restore info equals the one recorded at the snapshot: step 0's comes from reset, check later ones
         for t in range(1, len(backbone.actions)):
             obs, info = env.restore(backbone.steps[t].snapshot)
-            assert str(obs) == backbone.states[t]
+            assert str(obs) == backbone.observations[t]
             assert jsonable(info) == backbone.steps[t - 1].info
         _check_forks(backbone, transitions, [env], native=True)
     finally:
@@ -105,11 +101,11 @@ def test_webshop_forks_restore_the_exact_state_natively_in_fresh_instances():
     script = [f"search[{title}]", f"click[{g.asin.lower()}]", "click[< prev]", f"click[{g.asin.lower()}]"]
     script += [f"click[{v}]" for v in g.goal_options] + ["click[buy now]"]
     backbone, transitions = _backbone(env, {"seed": 0, "options": {"goal_index": 7}}, lambda k, info: script[k])
-    assert len(set(backbone.states)) >= 3
+    assert len(set(backbone.observations)) >= 3
     for t in range(1, len(backbone.actions)):
         fresh = WebShopEnv()
         obs, info = fresh.restore(backbone.steps[t].snapshot)
-        assert str(obs) == backbone.states[t] and jsonable(info) == backbone.steps[t - 1].info
+        assert str(obs) == backbone.observations[t] and jsonable(info) == backbone.steps[t - 1].info
     _check_forks(backbone, transitions, [WebShopEnv(), WebShopEnv()], native=True)
 
 

@@ -5,19 +5,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from envkit.core import Step
 from envkit.credit.advantage_options import AdvantageOptions
 from envkit.trainers.local.agent_source import _turn_advantages, episodes_state_key, step_table
 from envkit.trainers.local.multi_turn import AgentConfig, Episode
 
 
-def _episodes() -> list[Episode]:
+def _episodes(last_key: bool = True) -> list[Episode]:
     # both show "Nothing happens." at turn 1, in two different states (keys B, C); only the first succeeds
     out = []
     for index, (key, success) in enumerate((("B", True), ("C", False))):
-        e = Episode(0, index, None, [1], [1], [], [], ["s", "Nothing happens."], ["x", "y"], [0.0, 0.0], [False] * 2)
-        e.infos = [{"state_key": "A", "admissible_actions": ["x"]}, {"state_key": key, "admissible_actions": ["y"]}]
-        e.success = success
-        out.append(e)
+        second = {"state_key": key, "admissible_actions": ["y"]} if last_key or index == 0 else {}
+        steps = [
+            Step("s", "x", 0.0, "Nothing happens.", False, False, second),
+            Step("Nothing happens.", "y", 0.0, "end", True, False, {"state_key": f"end{key}", "success": success}),
+        ]
+        out.append(Episode.from_steps(0, index, "s", {"state_key": "A", "admissible_actions": ["x"]}, steps))
     return out
 
 
@@ -45,7 +48,7 @@ def test_recipe_rows_and_a_missing_key():
     rows = step_table(eps, cfg).state.tolist()
     # the recipe cannot tell the two "Nothing happens." states apart either: same text, commands and moves
     assert rows[0] == rows[2] and rows[1] == rows[3] and rows[0] != rows[1]
-    eps[1].infos[1] = {}
+    eps = _episodes(last_key=False)
     with pytest.raises(ValueError, match=r"adv\.state-key=observation"):
         step_table(eps, AgentConfig(adv=AdvantageOptions(terminal_reward=10.0, state_key="env")))
     assert episodes_state_key(eps, AgentConfig()) == "observation"

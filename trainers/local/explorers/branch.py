@@ -32,9 +32,10 @@ import torch
 
 from envkit.credit.branching import BranchTree, loo_advantages
 from envkit.lifetime import discard_many, instance_scoped
+from envkit.recorder import EpisodeRecorder
 from envkit.snapshot import snapshot_env
 from envkit.trainers.explorers.branch import BranchConfig, admit, worst_cost
-from envkit.trainers.local.contracts import AgentExplorer, Budget
+from envkit.trainers.local.contracts import AgentExplorer, Budget, EpisodeCredit
 from envkit.trainers.local.generation import batch_sequences
 from envkit.trainers.local.multi_turn import (
     LOST_ENV_ERRORS,
@@ -112,13 +113,12 @@ def fork(backbone: Episode, turn: int, env: gym.Env[str, str], index: int) -> Ep
             "envkit.checker.check_snapshot_env)"
         )
     start = backbone.action_start(turn)
-    ep = Episode(
-        backbone.group, index, env, backbone.context[:start], backbone.context[:start], [], [],
-        backbone.states[: turn + 1], backbone.actions[:turn], backbone.rewards[:turn], backbone.invalid[:turn],
+    state_info = backbone.infos[turn]  # the info of the state it starts from (its exact state key)
+    rec = EpisodeRecorder(backbone.steps[turn].observation, state_info, snapshots=False)  # its own steps from here
+    return Episode(
+        backbone.group, index, env, backbone.context[:start], backbone.context[:start], [], [], rec, backbone, turn,
+        seed=backbone.seed,
     )  # fmt: skip
-    ep.seed = backbone.seed
-    ep.infos = list(backbone.infos[: turn + 1])  # one per state of the prefix (their exact state keys)
-    return ep
 
 
 def branch_credit(
@@ -326,7 +326,7 @@ class AgentBranchDriver(AgentExplorer):
                 try:
                     kids.append(fork(b, t, env, index))
                 except LOST_ENV_ERRORS as exc:  # the snapshot's fleet actor died: this branch is lost, not the step
-                    kids.append(lost_episode(b.group, index, env, b.seed, exc, prefix=b.actions[:t]))
+                    kids.append(lost_episode(b.group, index, env, b.seed, exc, parent=b, fork_turn=t))
                     continue
                 restores[getattr(env, "last_restore_kind", "") or "native"] += 1
             specs = [EpisodeSpec(e.group, e.index, int(e.seed or 0)) for e in kids]
@@ -335,12 +335,10 @@ class AgentBranchDriver(AgentExplorer):
             pending, wave = later, wave + 1
         return played
 
-    def postprocess(
-        self, episodes: list[Episode], turn_advantages: list[np.ndarray]
-    ) -> tuple[list[np.ndarray], dict[str, Any]]:
+    def postprocess(self, episodes: list[Episode], turn_advantages: list[np.ndarray]) -> EpisodeCredit:
         """Estimator advantages plus the tree's leave-one-out sibling advantages (`branch_credit`)."""
         out, stats = branch_credit(episodes, self._links, turn_advantages, self.cfg, self.agent.adv)
-        return out, {**self._stats, **stats}
+        return EpisodeCredit(tuple(out), {**self._stats, **stats})
 
     def state_dict(self) -> dict[str, Any]:
         return {}

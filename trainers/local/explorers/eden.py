@@ -50,7 +50,7 @@ from envkit.trainers.explorers.eden import (
     perturb,
     row_temperatures,
 )
-from envkit.trainers.local.contracts import AgentExplorer, Budget, SingleTurnExplorer
+from envkit.trainers.local.contracts import AgentExplorer, Budget, EpisodeCredit, SingleTurnExplorer
 from envkit.trainers.local.multi_turn import AgentConfig, Episode, EpisodeSpec, play_specs
 from envkit.trainers.local.prompt_encoding import encode_prompt
 from envkit.trainers.local.single_turn import Rollout, generate_rows
@@ -256,10 +256,8 @@ class AgentEdenDriver(AnchorSelection, AgentExplorer):
             temperature=run.temperature, seed=seed, record=run.agent.sero,
         )  # fmt: skip
 
-    def postprocess(
-        self, episodes: list[Episode], turn_advantages: list[np.ndarray]
-    ) -> tuple[list[np.ndarray], dict[str, Any]]:
-        """EDEN's absorb on the turn advantages; dropped noisy episodes get ``in_loss = False``."""
+    def postprocess(self, episodes: list[Episode], turn_advantages: list[np.ndarray]) -> EpisodeCredit:
+        """EDEN's absorb on the turn advantages; dropped noisy episodes leave the loss (``EpisodeCredit.in_loss``)."""
         cfg = self.cfg
         groups = [e.group for e in episodes]
         noisy = np.array([e.noisy for e in episodes], dtype=bool)
@@ -276,6 +274,4 @@ class AgentEdenDriver(AnchorSelection, AgentExplorer):
             turns = eden_turn_credit(turn_advantages, noisy, success, cfg)
             out, keep = turns.per_turn, turns.loss_mask
             stats.update(turns.stats)
-        for e, k in zip(episodes, np.asarray(keep, dtype=bool).tolist(), strict=True):
-            e.in_loss = bool(k)
-        return out, stats
+        return EpisodeCredit(tuple(out), stats, tuple(bool(k) for k in np.asarray(keep, dtype=bool).tolist()))

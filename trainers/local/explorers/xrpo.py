@@ -35,7 +35,7 @@ import numpy as np
 
 from envkit.credit.advantages import ESTIMATORS  # the episode-level estimators
 from envkit.trainers.explorers.xrpo import IclCorpus, XrpoConfig, XrpoPlanner, sharpen
-from envkit.trainers.local.contracts import AgentExplorer, Budget, SingleTurnExplorer
+from envkit.trainers.local.contracts import AgentExplorer, Budget, EpisodeCredit, SingleTurnExplorer
 from envkit.trainers.local.multi_turn import AgentConfig, Episode, EpisodeSpec, play_specs
 from envkit.trainers.local.prompt_encoding import encode_prompt
 from envkit.trainers.local.single_turn import Rollout, generate_rows
@@ -182,9 +182,11 @@ class AgentXrpoDriver(AgentExplorer):
                 seed=seed * 7 + phase, record=record, env_offset=len(episodes), return_logprobs=self.cfg.sharpen,
             )  # fmt: skip
             for e in new:
-                first_obs.setdefault(e.group, e.states[0])
+                first_obs.setdefault(e.group, e.initial_observation)
                 if e.icl and self.cfg.icl_loss_prompt == "clean":
-                    e.loss_prompt_ids = encode_prompt(tokenizer, e.states[0], raw=False, system=self.agent.system)
+                    e.loss_prompt_ids = encode_prompt(
+                        tokenizer, e.initial_observation, raw=False, system=self.agent.system
+                    )
             planner.observe([[float(e.success) for e in new if e.group == g] for g in range(len(seeds))])
             episodes += new
             phase += 1
@@ -192,9 +194,7 @@ class AgentXrpoDriver(AgentExplorer):
         self._stats = {**planner.stats(), "xrpo_rollout_counts": planner.counts.tolist()}
         return episodes
 
-    def postprocess(
-        self, episodes: list[Episode], turn_advantages: list[np.ndarray]
-    ) -> tuple[list[np.ndarray], dict[str, Any]]:
+    def postprocess(self, episodes: list[Episode], turn_advantages: list[np.ndarray]) -> EpisodeCredit:
         """Sharpening (episode-level estimators), corpus growth and the step's ``xrpo_*`` metrics."""
         out = list(turn_advantages)
         success = np.array([e.success for e in episodes], dtype=bool)
@@ -206,7 +206,7 @@ class AgentXrpoDriver(AgentExplorer):
         added = 0
         for e in episodes:
             if e.success and e.actions:
-                added += int(self.corpus.add(str(e.seed), e.states[0], "\n".join(e.actions)))
+                added += int(self.corpus.add(str(e.seed), e.initial_observation, "\n".join(e.actions)))
         icl = [e.icl for e in episodes]
         stats = {
             **self._stats,
@@ -215,7 +215,7 @@ class AgentXrpoDriver(AgentExplorer):
             "xrpo_corpus_size": len(self.corpus),
             "xrpo_corpus_added": added,
         }
-        return out, stats
+        return EpisodeCredit(tuple(out), stats)
 
     def state_dict(self) -> dict[str, Any]:
         return self.corpus.state_dict()
