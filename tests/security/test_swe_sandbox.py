@@ -276,7 +276,9 @@ def test_memory_cgroup_bounds_the_sandbox_as_a_whole(tree, swe_tasks):
     try:
         if "memory" not in b.isolation["cgroup"]:
             pytest.skip(f"no memory cgroup: {b.isolation['cgroup_missing']}")
-        alloc = "python3 -c \"b = bytearray(150 << 20); print('ALLOC-OK')\""
+        # each holds its 150 MiB for a second, so the four overlap whatever the scheduler does (without the sleep
+        # they can run one after another when the sandbox gets little CPU, and each fits alone)
+        alloc = "python3 -c \"import time; b = bytearray(150 << 20); time.sleep(1); print('ALLOC-OK')\""
         r = run(b, tree, " & ".join([alloc] * 4) + "; wait", timeout=60)
         assert len(re.findall(r"^ALLOC-OK$", r.output, re.M)) < 4, r.output
         serving(b, tree)
