@@ -391,16 +391,15 @@ def main(cfg: Config) -> dict[str, Any]:
             result["variants"][v]["gate"] = fut.result()
             print(f"{v}: gate {json.dumps({k: x for k, x in fut.result().items() if k != 'train'})}", flush=True)
         write()
-        if cfg.skip_failed_gates:
-            failed = {v for v in cfg.variants if not gate_passed(result["variants"][v]["gate"])}
-            for v in sorted(failed):
-                print(f"{v}: learnability gate failed: CANNOT TEST SERO; its arms are not run", flush=True)
-            todo = [k for k in todo if k[0] not in failed]
+        skipped = {v for v in cfg.variants if cfg.skip_failed_gates and not gate_passed(result["variants"][v]["gate"])}
+        for v in sorted(skipped):
+            print(f"{v}: learnability gate failed: CANNOT TEST SERO; its arms are not run", flush=True)
+        todo = [k for k in todo if k[0] not in skipped]
         schedule(lambda k: pool.submit(run_arm, *k, str(starts[k[0]][0]), cfg, target(k)), todo, done, finished)
     result["verdict"] = verdict(result["variants"], cfg.bootstrap, cfg.positive_control)
     result["wall_s"] = time.perf_counter() - t0
     result["cpu_s"] = time.process_time() - c0 + _cpu_children()
-    ran = [v for v in cfg.variants if not (cfg.skip_failed_gates and not gate_passed(result["variants"][v]["gate"]))]
+    ran = [v for v in cfg.variants if v not in skipped]
     result["complete"] = all((v, a, s) in done for v in ran for a in cfg.arms for s in cfg.seeds)
     write()
     print(json.dumps({v: {k: r[k] for k in ("verdict", "why", "credit_vs_data")}
