@@ -345,3 +345,36 @@ def test_truncated_turn_inside_a_padded_micro_batch():
     torch.testing.assert_close(adv[3:6], torch.full((3,), 0.5))
     torch.testing.assert_close(adv[7:10], torch.full((3,), -2.0))
     assert float(adv[10:].abs().sum()) == 0.0
+
+
+def test_the_record_is_the_steps_on_the_wire_and_refuses_an_older_one():
+    """A record crosses Ray as plain dicts and comes back equal (steps without snapshots); success, return and
+    invalid flags are read from its steps (an oracle row: its policy episode's); a record of the older executor
+    (steps inside its turns) or one with a turn per step missing is refused with the fix."""
+    import json
+
+    from envkit.core import Step
+    from envkit.trainers.openrlhf.rollout_records import RolloutRecord, RolloutSpec, Turn
+
+    steps = (
+        Step("s0", "a", 0.0, "s1", False, False, {"invalid": True, "state_key": "k1"}, snapshot=object()),
+        Step("s1", "b", 1.0, "s2", True, False, {"success": True, "state_key": "k2"}),
+    )
+    rec = RolloutRecord(RolloutSpec("g", 1), "s0", {"state_key": "k0"}, steps, (Turn(4, 6), Turn(7, 9)))
+    back = RolloutRecord.from_dict(json.loads(json.dumps(rec.to_dict())))
+    assert back == rec and back.steps[0].snapshot is None  # the snapshot stays with the executor
+    assert (back.success, back.episode_return, back.invalid) == (True, 1.0, (True, False))
+    oracle = RolloutRecord(
+        RolloutSpec("g", 1), "s0", {}, (steps[0], Step("s1", "o", 1.0, "W", True, False, {"success": True}, None, True)),
+        (Turn(4, 6), Turn(7, 9, 0.5, True, -0.7)), oracle=True, policy_suffix=(Step("s1", "c", 0.0, "s3", False, True, {}),),
+    )  # fmt: skip
+    assert [s.action for s in oracle.policy_steps()] == ["a", "c"] and not oracle.success
+    assert oracle.episode_return == 0.0
+    old = {
+        **rec.to_dict(),
+        "turns": [{"state": "s0", "action": "a", "reward": 0.0, "invalid": False, "start": 4, "end": 6}],
+    }
+    with pytest.raises(ValueError, match="older executor"):
+        RolloutRecord.from_dict(old)
+    with pytest.raises(ValueError, match="one Turn"):
+        RolloutRecord(RolloutSpec("g"), "s0", {}, steps, (Turn(4, 6),))
