@@ -176,6 +176,12 @@ class RolloutRecord:
                 f"RolloutRecord of group {self.spec.group!r}: {len(self.steps)} steps but {len(self.turns)} turns; "
                 "give one Turn (token span) per recorded step"
             )
+        bad = [j for j, (s, t) in enumerate(zip(self.steps, self.turns)) if bool(s.is_oracle) != bool(t.oracle)]
+        if bad:
+            raise ValueError(
+                f"RolloutRecord of group {self.spec.group!r}: turn {bad[0]}'s oracle flag differs from its step's "
+                "is_oracle; an oracle turn's step is the oracle's (envkit.oracles.continuation marks it is_oracle)"
+            )
 
     def policy_steps(self) -> tuple[Step, ...]:
         """The steps of the policy episode the record holds: its own steps (oracle ones left out) + the suffix."""

@@ -13,9 +13,10 @@ vLLM rollout actor that ran them:
    log-prob of the action (one prompt-logprobs pass of the live engine);
 4. the oracle row REPLACES the failed rollout it branched from, so the batch keeps exactly ``batch x n`` rows
    and OpenRLHF's batch arithmetic (train batch size, DeepSpeed accumulation) is untouched (the project's choice
-   for this backend). The record stays the POLICY episode's (``success`` False, its return): its turns before
-   the root are the rollout's own, trained with their own policy credit; its turns from the root on ride along
-   as ``policy_suffix`` (credited with the group, no tokens: they leave the loss). At most ``roots_per_group``
+   for this backend). The record stays the POLICY episode's (``success`` False, its return, both read from its
+   policy steps): its steps and turns before the root are the rollout's own, trained with their own policy
+   credit, then the oracle's steps (``is_oracle``) with their turns; the rollout's steps from the root on ride
+   along as ``policy_suffix`` (credited with the group, no tokens: they leave the loss). At most ``roots_per_group``
    rows and ``max_oracle_share`` of the group are replaced.
 5. the experience maker credits the batch with `envkit.credit.sero_advantages.sero_advantages`
    (`envkit.trainers.openrlhf.sero_turns`), the function the local trainer and ``envkit-oracle rollout`` call.
