@@ -3,8 +3,9 @@
 A run started with ``envkit-train openrlhf --credit-log ...`` writes one group per step to
 ``<ckpt.output_dir>/envkit_credit.jsonl`` (`envkit.trainers.openrlhf.credit_log`): its records, the per-turn
 advantages and loss weights the experience maker computed, and the per-token advantages the loss received. This
-script rebuilds the group as the local trainer's `Episode`s (each record's policy episode, `policy_turns`) and SERO
-continuations (each oracle row's ``Turn.oracle`` turns, their l_j), credits it with the local trainer's own
+script rebuilds the group as the local trainer's `Episode`s (each record's policy episode, `policy_steps`: the
+executor's recorded steps, fed to `Episode.from_steps`) and SERO continuations (each oracle row's ``Turn.oracle``
+steps, their l_j), credits it with the local trainer's own
 functions (`envkit.trainers.local.sero.episode_credit` for GraphGPO + SERO, `episode_steps.step_table` +
 `turn_credit` for plain GiGPO / GraphGPO, then `envkit.trainers.local.explorers.branch.branch_credit` for a
 branching run's group: its backbones and forks, the tree from each record's ``extra["branch"]``), and checks:
@@ -17,7 +18,8 @@ branching run's group: its backbones and forks, the tree from each record's ``ex
    backbone's row).
 
 Checkable: ``--explorer none`` or ``branch`` with ``--advantage gigpo|graphgpo`` (``--sero`` or not), ``--adv.terminal-reward`` set
-(the local trainer rewards success only) and no ``--reward.clip_range``; state key ``observation`` or ``env``.
+(the local trainer rewards success only) and no ``--reward.clip_range``; any state key (both trainers read the
+anchors from the same recorded steps).
 
     python scripts/openrlhf_credit_check.py RUN/ckpt/envkit_credit.jsonl     # JSON summary; exit 1 on a mismatch
 """
@@ -33,60 +35,39 @@ from typing import Any
 
 import numpy as np
 
-from envkit.core import Root, Step
+from envkit.core import Root
 from envkit.credit.sero import SeroOptions, widen_options
 from envkit.credit.turn_credit import turn_credit
 from envkit.oracles.continuation import ContinuationOutcome
-from envkit.recorder import EpisodeRecorder
 from envkit.trainers.local.episode_steps import step_table
 from envkit.trainers.local.explorers.branch import branch_credit
 from envkit.trainers.local.multi_turn import AgentConfig, Episode
 from envkit.trainers.local.sero import episode_credit
 from envkit.trainers.openrlhf.config import BackendConfig
-from envkit.trainers.openrlhf.rollout_records import RolloutRecord, Turn
+from envkit.trainers.openrlhf.rollout_records import RolloutRecord
 from envkit.trainers.sero_options import TrainerSeroOptions
 
 #: float32 tolerance of a token's value (the token tensor is float32; OpenRLHF's reward-to-go sums increments)
 TOKEN_RTOL = 1e-5
 
 
-def _info(anchors: dict[str, str] | None, invalid: bool | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {} if invalid is None else {"invalid": invalid}
-    if anchors and "env" in anchors:
-        out["state_key"] = anchors["env"]
-    return out
-
-
 def _episode(i: int, rec: RolloutRecord, index: int | None = None) -> Episode:
-    """A record's policy episode as the local trainer's `Episode` (with its recorder: the final state too);
-    `index`: the episode's index in its group (default `i`; a branch group: the row's spec index)."""
-    turns = rec.policy_turns()
-    if not turns:
-        raise ValueError(f"row {i}: a record without turns cannot be credited per turn")
-    recorder = EpisodeRecorder(turns[0].state, _info(turns[0].anchors), snapshots=False)
-    for j, t in enumerate(turns):
-        if t.next_state is None:
-            raise ValueError(f"row {i} turn {j}: no next_state (records from an older executor)")
-        last = j == len(turns) - 1
-        info = {**_info(t.next_anchors, t.invalid), **({"success": True} if last and rec.success else {})}
-        recorder.step(None, t.action, t.next_state, t.reward, last and rec.success, False, info)
-    recorder.stop()
-    e = Episode(0, i if index is None else index, None, [1], [1], [], [], recorder, done=True)
-    if e.success != rec.success:
-        raise ValueError(f"row {i}: the record says success={rec.success}, its last turn's info says {e.success}")
-    return e
+    """A record's policy episode (`RolloutRecord.policy_steps`, from the record's first state) as the local
+    trainer's `Episode` (`Episode.from_steps`: the same steps through its recorder); `index`: the episode's index in
+    its group (default `i`; a branch group: the row's spec index)."""
+    steps = rec.policy_steps()
+    if not steps:
+        raise ValueError(f"row {i}: a record without steps cannot be credited per turn")
+    return Episode.from_steps(0, i if index is None else index, rec.observation, rec.info, steps)
 
 
 def _outcome(i: int, rec: RolloutRecord) -> tuple[ContinuationOutcome, list[float]]:
-    """An oracle row's continuation as the local trainer's `ContinuationOutcome`, with its l_j."""
-    ora: list[Turn] = [t for t in rec.turns if t.oracle]
-    steps = tuple(
-        Step(t.state, t.action, float(t.reward), str(t.next_state), j == len(ora) - 1, False,
-             _info(t.next_anchors, t.invalid), None, True)
-        for j, t in enumerate(ora)
-    )  # fmt: skip
-    root = Root(0, i, int(rec.extra["root_t"]), ora[0].state)
-    return ContinuationOutcome(root, "native", steps=steps, success=True), [float(t.loglik or 0.0) for t in ora]
+    """An oracle row's continuation (its ``Turn.oracle`` steps) as the local trainer's `ContinuationOutcome`, with
+    its l_j."""
+    ora = [(s, t) for s, t in zip(rec.steps, rec.turns, strict=True) if t.oracle]
+    steps = tuple(s for s, _ in ora)
+    root = Root(0, i, int(rec.extra["root_t"]), steps[0].observation)
+    return ContinuationOutcome(root, "native", steps=steps, success=True), [float(t.loglik or 0.0) for _, t in ora]
 
 
 def local_credit(entry: dict[str, Any]) -> list[tuple[list[float], list[float]]]:

@@ -1,6 +1,6 @@
 """`PlayedPath`: one played episode in the form every step-table caller hands over, and the one state-key rule.
 
-The local trainer (token `Episode`s), the OpenRLHF backend (rollout records' `Turn`s) and ``envkit-oracle rollout``
+The local trainer (token `Episode`s), the OpenRLHF backend (rollout records' steps) and ``envkit-oracle rollout``
 (`envkit.core.Trajectory`) each reduce an episode to a `PlayedPath`; `envkit.credit.step_table.StepTable.from_paths`
 turns paths into step rows with one set of conventions (issue 36; they used to differ between the backends):
 
@@ -28,7 +28,7 @@ from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from envkit.credit.state_keys import STATE_KEY, StateKeyKind, path_anchors, resolve_state_key
+from envkit.credit.state_keys import StateKeyKind, path_anchors, resolve_state_key
 
 __all__ = ["PlayedPath", "paths_state_key"]
 
@@ -47,10 +47,7 @@ class PlayedPath:
         invalid: The T invalid-action flags.
         success: The episode succeeded.
         infos: The env's info of each state, aligned with `observations` (anchors are derived from them,
-            `envkit.credit.state_keys.path_anchors`); or None.
-        anchor_maps: Or the anchors already derived per state (kind -> anchor, without ``observation``: the
-            OpenRLHF executor's `Turn.anchors`); None entries: unknown. At most one of `infos` / `anchor_maps`;
-            neither: only the ``observation`` key is possible.
+            `envkit.credit.state_keys.path_anchors`); None: only the ``observation`` key is possible.
         episode_return: The return when ``terminal_reward`` is unset (None: the sum of `rewards`).
     """
 
@@ -62,7 +59,6 @@ class PlayedPath:
     invalid: tuple[bool, ...]
     success: bool
     infos: tuple[Mapping[str, Any], ...] | None = None
-    anchor_maps: tuple[Mapping[str, str] | None, ...] | None = None
     episode_return: float | None = None
 
     def __post_init__(self) -> None:
@@ -77,11 +73,8 @@ class PlayedPath:
                 f"PlayedPath {self.group!r}/{self.trajectory!r}: {len(self.observations)} observations for {n} "
                 "actions; give the state before each action, then the final one if it was recorded"
             )
-        if self.infos is not None and self.anchor_maps is not None:
-            raise ValueError("PlayedPath: give infos or anchor_maps, not both")
-        for name, seq in (("infos", self.infos), ("anchor_maps", self.anchor_maps)):
-            if seq is not None and len(seq) != len(self.observations):
-                raise ValueError(f"PlayedPath: {len(seq)} {name} for {len(self.observations)} observations")
+        if self.infos is not None and len(self.infos) != len(self.observations):
+            raise ValueError(f"PlayedPath: {len(self.infos)} infos for {len(self.observations)} observations")
 
     @property
     def final_known(self) -> bool:
@@ -89,39 +82,27 @@ class PlayedPath:
         return len(self.observations) == len(self.actions) + 1
 
     def key_infos(self) -> list[Mapping[str, Any]]:
-        """What the state-key rule reads of each state: its info (or its ``env`` anchor as ``state_key``)."""
-        if self.infos is not None:
-            return list(self.infos)
-        if self.anchor_maps is None:
-            return [{} for _ in self.observations]
-        maps = list(self.anchor_maps)
-        if self.final_known and maps[-1] is None:  # an unknown final anchor: the final state is left out
-            maps = maps[:-1]
-        return [{STATE_KEY: m["env"]} if m is not None and "env" in m else {} for m in maps]
+        """What the state-key rule reads of each state: its info (none known: empty)."""
+        return list(self.infos) if self.infos is not None else [{} for _ in self.observations]
 
     def nodes(self, kind: StateKeyKind) -> list[str]:
-        """The node of each state under `kind` (T or T + 1; T when the final state's anchor is unknown).
+        """The node of each state under `kind` (T or T + 1, as `observations`).
 
         Raises:
-            ValueError: a state before an action has no anchor of `kind` (says which key to use instead).
+            ValueError: `kind` is not ``observation`` but the path has no infos, or (``env``) a state has no key
+                (says which key to use instead).
         """
         obs = [str(o) for o in self.observations]
         if kind == "observation":
             return obs
-        if self.infos is not None:
-            return path_anchors(kind, obs, self.actions[: len(obs) - 1], self.infos)
-        maps = self.anchor_maps or tuple(None for _ in obs)
-        out = []
-        for t, m in enumerate(maps):
-            if m is None or kind not in m:
-                if t == len(self.actions):  # the final state: unknown under this key
-                    break
-                raise ValueError(
-                    f"--adv.state-key={kind} but a turn has no {kind!r} anchor (the env gives no "
-                    "info['state_key'], or the records come from an older executor); set --adv.state-key=observation"
-                )
-            out.append(m[kind])
-        return out
+        if self.infos is None:
+            if not self.actions:
+                return obs[:0]
+            raise ValueError(
+                f"--adv.state-key={kind} but a path has no infos to read {kind!r} anchors from; set "
+                "--adv.state-key=observation"
+            )
+        return path_anchors(kind, obs, self.actions[: len(obs) - 1], self.infos)
 
     def credit_rewards(self, terminal_reward: float | None) -> tuple[tuple[float, ...], float]:
         """(step rewards, episode return) the credit uses (module docstring, "Rewards")."""

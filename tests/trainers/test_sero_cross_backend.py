@@ -70,6 +70,13 @@ def _episode(i):
     return Episode.from_steps(0, i, GROUP[i][0][0], {}, steps)
 
 
+def _record(i, episode):
+    """The OpenRLHF executor's record of `episode`: its recorder's steps (the one record both backends read), each
+    with a token span."""
+    turns = tuple(Turn(10 + 4 * t, 12 + 4 * t) for t in range(len(episode.steps)))
+    return RolloutRecord(RolloutSpec("g0", i), episode.initial_observation, episode.initial_info, episode.steps, turns)
+
+
 def _outcomes():
     return [
         ContinuationOutcome(
@@ -110,13 +117,7 @@ def _pipeline(sero):
 
 def _openrlhf(sero):
     cfg = BackendConfig(n_samples_per_prompt=4, sero=True, advantage="graphgpo", adv=ADV, sero_opts=sero)
-    records = []
-    for i, (states, actions, invalid, success) in enumerate(GROUP):
-        turns = tuple(
-            Turn(states[t], a, 0.0, invalid[t], 10 + 4 * t, 12 + 4 * t, next_state=states[t + 1])
-            for t, a in enumerate(actions)
-        )
-        records.append(RolloutRecord(RolloutSpec("g0", i), turns, success, 10.0 * success))
+    records = [_record(i, _episode(i)) for i in range(len(GROUP))]  # the local episode's own steps
     for o, c in zip(_outcomes(), CONTINUATIONS, strict=True):
         if o.success:
             i, t = o.root.trajectory, o.root.t
@@ -162,11 +163,7 @@ def test_sero_off_in_each_backend_is_plain_graphgpo():
     cfg = AgentConfig(estimator="graphgpo", sero=True, max_turns=4, adv=ADV)
     plain = graphgpo_advantages(step_table(episodes, cfg), **ADV.graphgpo_kwargs()).advantages
     assert np.array_equal(episode_credit(episodes, [], [], cfg).policy.advantages, plain)
-    rows = [
-        SampleRow(i, 0.0, RolloutRecord(RolloutSpec("g0", i), tuple(
-            Turn(s[t], x, 0.0, inv[t], 0, 1, next_state=s[t + 1]) for t, x in enumerate(a)), ok))
-        for i, (s, a, inv, ok) in enumerate(GROUP)
-    ]  # fmt: skip
+    rows = [SampleRow(i, 0.0, _record(i, e)) for i, e in enumerate(episodes)]
     on = compute_turn_advantages(rows, BackendConfig(n_samples_per_prompt=4, sero=True, advantage="graphgpo", adv=ADV))
     off = compute_turn_advantages(rows, BackendConfig(n_samples_per_prompt=4, advantage="graphgpo", adv=ADV))
     for a, b in zip(on.per_turn, off.per_turn, strict=True):
@@ -235,19 +232,12 @@ def _keyed_backends(adv):
     _, pol, ora = credit_task(trajs, outs, [Weighted(tuple(c[3]), ()) for c in CONTINUATIONS], SeroConfig(), adv)
     pipe = ([pol[k].advantage for k in sorted(pol)], [ora[k].advantage * ora[k].weight for k in sorted(ora)])
     bcfg = BackendConfig(n_samples_per_prompt=4, sero=True, advantage="graphgpo", adv=adv, sero_opts=sero)
-    records = []
-    for i, (states, actions, invalid, success) in enumerate(GROUP):
-        turns = tuple(
-            Turn(_seen(states[t]), a, 0.0, invalid[t], 10 + 4 * t, 12 + 4 * t, next_state=_seen(states[t + 1]),
-                 anchors={"env": states[t]}, next_anchors={"env": states[t + 1]})
-            for t, a in enumerate(actions)
-        )  # fmt: skip
-        records.append(RolloutRecord(RolloutSpec("g0", i), turns, success, 10.0 * success))
+    records = [_record(i, e) for i, e in enumerate(episodes)]  # the local episodes' own steps
     for o, c in zip(outs, CONTINUATIONS, strict=True):
         if o.success:
             i, t = o.root.trajectory, o.root.t
             spans = [(100 + 4 * j, 102 + 4 * j) for j in range(len(o.steps))]
-            records[i] = oracle_record(bcfg, records[i], t, o, spans, list(c[3]), trajs[i])
+            records[i] = oracle_record(bcfg, records[i], t, o, spans, list(c[3]))
     rows = [SampleRow(i, 10.0 * r.success, RolloutRecord.from_dict(r.to_dict())) for i, r in enumerate(records)]
     got = compute_turn_advantages(rows, bcfg)
     rl_pol, rl_ora = [], []

@@ -126,19 +126,18 @@ def _pipeline(estimator: str, adv: AdvantageOptions, sero: bool) -> list[list[fl
 
 def _openrlhf(estimator: str, adv: AdvantageOptions, sero: bool) -> list[list[float]]:
     cfg = BackendConfig(n_samples_per_prompt=4, sero=sero, advantage=estimator, adv=adv, sero_opts=SeroOptions())
-    trajs, records = _trajs(), []
-    for i, (states, actions, invalid, success, truncated) in enumerate(GROUP):
-        turns = tuple(
-            Turn(states[t], a, s.reward, invalid[t], 10 + 4 * t, 12 + 4 * t, next_state=states[t + 1],
-                 anchors={"env": f"k{states[t]}"}, next_anchors={"env": f"k{states[t + 1]}"})
-            for t, (a, s) in enumerate(zip(actions, trajs[i].steps, strict=True))
-        )  # fmt: skip
-        records.append(RolloutRecord(RolloutSpec("g0", i), turns, success, 10.0 * success, truncated=truncated))
+    records = []
+    for i, traj in enumerate(_trajs()):  # the executor's record: the same steps, each with its token span
+        turns = tuple(Turn(10 + 4 * t, 12 + 4 * t) for t in range(len(traj.steps)))
+        rec = RolloutRecord(RolloutSpec("g0", i), traj.initial_observation, traj.initial_info, traj.steps, turns,
+                            truncated=GROUP[i][4])  # fmt: skip
+        assert rec.success == traj.success
+        records.append(rec)
     if sero:
         for o, c in zip(_outcomes(), CONTINUATIONS, strict=True):
             i, t = o.root.trajectory, o.root.t
             spans = [(100 + 4 * j, 102 + 4 * j) for j in range(len(o.steps))]
-            records[i] = oracle_record(cfg, records[i], t, o, spans, list(c[3]), trajs[i])
+            records[i] = oracle_record(cfg, records[i], t, o, spans, list(c[3]))
     rows = [SampleRow(i, 10.0 * r.success, RolloutRecord.from_dict(r.to_dict())) for i, r in enumerate(records)]
     got = compute_turn_advantages(rows, cfg)
     out = []

@@ -7,8 +7,9 @@ see docs/openrlhf.md). Modules:
 - `argv`: splits ``ours -- openrlhf`` argv, forces the estimator and the agent executor, refuses what we
   do not support.
 - `entry`: ``main(argv)``: parse, install the subclasses in the driver, run ``openrlhf.cli.train_ppo_ray``.
-- `rollout_records`: the per-rollout plan (`RolloutSpec`) and what comes back (`RolloutRecord`): the only contract
-  between the rollout side and the experience maker.
+- `rollout_records`: the per-rollout plan (`RolloutSpec`) and what comes back (`RolloutRecord`: the executor's
+  recorded steps, one `Turn` token span per step): the only contract between the rollout side and the experience
+  maker.
 - `explorers`: the run's explorer, chosen once (`explorers.registry.make_explorer`; `plain`, `eden`, `xrpo`,
   `branch`): the hooks the modules below call instead of comparing ``--explorer`` (plans, engine options, episode
   keeping, row / turn credit, metrics).

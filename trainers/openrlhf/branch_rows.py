@@ -15,12 +15,12 @@ OpenRLHF's ``batch x n`` arithmetic holds). In the vLLM rollout actor:
    cycle over the points found);
 3. each fork restores its point's snapshot natively: where snapshots are instance-scoped (ALFWorld) in the env
    that took it, one fork per env at a time, else in a leased env of the pool, all at once; the restored
-   observation must be the one the backbone saw (else it raises, as the local driver's `fork` does) and the
-   rebuilt anchors must match the backbone's turn; the engine then finishes the fork from the backbone's token
-   prefix (`GymAgentExecutor.play_episode` with a `ForkStart`);
+   observation must be the one the backbone saw (else it raises, as the local driver's `fork` does); the engine
+   then finishes the fork from the backbone's token prefix (`GymAgentExecutor.play_episode` with a `ForkStart`);
 4. a fork's row: tokens = the backbone's up to the fork turn, then its own; ``action_ranges`` = its own turns only
-   (the shared prefix is trained once, on the backbone's row); its record's turns = the backbone's prefix turns
-   (the estimator credits the fork as a full episode) then its own; ``record.extra["branch"]`` = the tree
+   (the shared prefix is trained once, on the backbone's row); its record's steps and turns = the backbone's
+   before the fork turn (the estimator credits the fork as a full episode; anchors are read from the steps) then
+   its own; ``record.extra["branch"]`` = the tree
    (``parent``: the backbone's spec index, or -1 for a fork at turn 0, which shares nothing and is another root;
    ``fork``: the fork turn) plus ``source``, ``turn``, ``entropy`` and ``restored`` (native / replay);
 5. `GymAgentExecutor.finish_group` then discards every backbone snapshot in its env and returns the envs to the
@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
-from envkit.credit.state_keys import AnchorTracker
 from envkit.lifetime import instance_scoped
 from envkit.snapshot import snapshot_env
 from envkit.trainers.explorers.branch import admit
@@ -82,11 +81,11 @@ def fork_start(
     episode: SeroEpisode, record: RolloutRecord, response: dict, turn: int, obs: str, info: dict[str, Any]
 ) -> ForkStart:
     """The `ForkStart` of a fork of `episode` (a `sero_rows.SeroEpisode` with its snapshots) before `turn`, once
-    its env was restored there (`obs`, `info`).
+    its env was restored there (`obs`, `info`): the backbone's record's steps and turns before `turn`.
 
     Raises:
-        RuntimeError: the restored observation, or the anchors rebuilt from the recorded path, differ from what
-            the backbone saw there (the env's restore is not exact).
+        RuntimeError: the restored observation differs from what the backbone saw there (the env's restore is
+            not exact).
     """
     seen = episode.steps[turn].observation
     if str(obs) != seen:
@@ -95,20 +94,12 @@ def fork_start(
             f"{turn} gave a different observation than the backbone saw; the env's restore is not exact (check it "
             "with envkit.checker.check_snapshot_env)"
         )
-    tracker = AnchorTracker(episode.initial_observation, episode.initial_info)
-    for st in episode.steps[:turn]:
-        tracker.step(st.action, st.next_observation, st.info)
-    if record.turns[turn].anchors is not None and tracker.anchors() != record.turns[turn].anchors:
-        raise RuntimeError(
-            f"explorer branch: backbone {record.spec.index} turn {turn}: the state's anchors rebuilt after restore "
-            "differ from the ones recorded (the env's info['state_key'] is not a function of its state)"
-        )
     start = record.turns[turn].start
     lps = response.get("rollout_log_probs") or []
     return ForkStart(
-        observation=str(obs), info=dict(info), tracker=tracker, tokens=tuple(response["observation_tokens"][:start]),
-        logprobs=tuple(float(x) for x in lps[:start]), turns=record.turns[:turn],
-        total=float(sum(t.reward for t in record.turns[:turn])),
+        observation=str(obs), info=dict(info), start_observation=record.observation, start_info=record.info,
+        steps=record.steps[:turn], turns=record.turns[:turn], tokens=tuple(response["observation_tokens"][:start]),
+        logprobs=tuple(float(x) for x in lps[:start]),
     )  # fmt: skip
 
 
@@ -147,7 +138,7 @@ async def branch_group(
         new = RolloutRecord.from_dict(row[RESPONSE_KEY])
         tree = {"parent": rec.spec.index if t > 0 else -1, "fork": t, "source": rec.spec.index, "turn": t,
                 "entropy": float(nll[b][t]), "restored": restored}  # fmt: skip
-        row[RESPONSE_KEY] = RolloutRecord(**{**new.__dict__, "extra": {**new.extra, "branch": tree}}).to_dict()
+        row[RESPONSE_KEY] = replace(new, extra={**new.extra, "branch": tree}).to_dict()
         out[slot] = row
 
     jobs: dict[int, list[tuple[int, int, int]]] = defaultdict(list)  # backbone -> its forks, played in turn

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 import gymnasium as gym
 
-from envkit.credit.state_keys import AnchorTracker
+from envkit.core import Step
 from envkit.trainers.openrlhf.config import BackendConfig
 from envkit.trainers.openrlhf.rollout_records import Turn
 
@@ -104,15 +104,27 @@ class GenerationContext:
 @dataclass(frozen=True)
 class ForkStart:
     """Where a fork's episode starts (``--explorer branch``): the restored state and the backbone's row up to the
-    fork turn (`envkit.trainers.openrlhf.branch_rows.fork_start`)."""
+    fork turn (`envkit.trainers.openrlhf.branch_rows.fork_start`).
+
+    Attributes:
+        observation: The restored state's observation (the backbone's at the fork turn).
+        info: The info the restore returned.
+        start_observation: The backbone's first observation (the fork's record starts there too).
+        start_info: Its info.
+        steps: The backbone's steps before the fork turn (the fork's record holds them first).
+        turns: Their turns (token spans in `tokens`).
+        tokens: The backbone's row up to the fork turn's first action token.
+        logprobs: Their rollout log-probs.
+    """
 
     observation: str
     info: dict[str, Any]
-    tracker: AnchorTracker
+    start_observation: str
+    start_info: Mapping[str, Any]
+    steps: tuple[Step, ...]
+    turns: tuple[Turn, ...]
     tokens: tuple[int, ...]
     logprobs: tuple[float, ...]
-    turns: tuple[Turn, ...]
-    total: float
 
 
 class GroupExecutor(Protocol):

@@ -10,8 +10,10 @@ llm_engine)`` once per rollout (``AgentExecutorBase``); `GymAgentExecutor` plays
   ``{obs}``); env calls run in threads (``asyncio.to_thread``), envs are reused across rollouts;
 - token-in/token-out: the engine gets token ids and returns token ids; earlier turns are never re-tokenised,
   each env observation is tokenised once and appended (``--feedback-template``);
-- per turn it records the anchor state (the raw observation the action answered), the reward, the env's
-  ``invalid`` flag and the action's token span (`envkit.trainers.openrlhf.rollout_records.Turn`) for GiGPO/GraphGPO;
+- every env step goes to the episode's one record, an `envkit.recorder.EpisodeRecorder` (observation, action,
+  reward, info with the env's ``invalid`` flag and verdict; with a snapshot before each step when SERO or branching
+  keep the episode), and per step the action's token span (`envkit.trainers.openrlhf.rollout_records.Turn`); the
+  response carries the recorder's steps (`RolloutRecord.steps`), from which the credit reads states and anchors;
 - truncation is reported, never silent: ``record.reason`` is "context" (max_len reached), "max_turns",
   "env_truncated" or "generation_length" and ``response["truncated"]`` is set.
 
@@ -27,15 +29,14 @@ import dataclasses
 import hashlib
 import itertools
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from copy import deepcopy
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 from openrlhf.utils.agent import AgentExecutorBase
 
-from envkit.core import env_success
-from envkit.credit.state_keys import AnchorTracker
+from envkit.core import Step
 from envkit.lifetime import discard_many
 from envkit.recorder import EpisodeRecorder
 from envkit.snapshot import snapshot_env
@@ -149,13 +150,14 @@ class GymAgentExecutor(AgentExecutorBase):
             obs, info = await asyncio.to_thread(env.reset, seed=task.seed, options=task.options)
         else:  # branching: `env` was restored to a backbone's state (`branch_rows.ForkStart`)
             obs, info = fork.observation, fork.info
-        tracker = AnchorTracker(str(obs), info)  # each state's GiGPO / GraphGPO anchors (--adv.state-key)
         episode = None
         branch = self.explorer.keeps_episodes
-        if (self.config.sero or branch) and fork is None:
+        keep = (self.config.sero or branch) and fork is None  # SERO / branching: snapshots before every step
+        recorder = EpisodeRecorder(obs, info, snapshots=keep)  # the episode's one record of steps
+        if keep:
             from envkit.trainers.openrlhf.sero_rows import SeroEpisode
 
-            episode = SeroEpisode(task, EpisodeRecorder(obs, info, snapshots=True), env)
+            episode = SeroEpisode(task, recorder, env)
         tokens = _tokenize(tokenizer, render_prompt(prompt, str(obs)))
         spec = getattr(engine, "spec", None) or RolloutSpec(group="")
         want_logprobs = getattr(sampling_params, "logprobs", None) is not None
@@ -163,11 +165,11 @@ class GymAgentExecutor(AgentExecutorBase):
         action_lps: list[float] = []
         turns: list[Turn] = []
         ranges: list[tuple[int, int]] = []
-        total, success, reason, truncated = 0.0, False, "terminated", False
+        reason, truncated = "terminated", False
         terminated = env_trunc = False
         nll: list[float] = []  # per turn: the sampled tokens' mean -log p (branching's entropy estimate)
         if fork is not None:  # continue the backbone's row: its tokens and turns before the fork turn
-            tracker, tokens, turns, total = fork.tracker, list(fork.tokens), list(fork.turns), fork.total
+            tokens, turns = list(fork.tokens), list(fork.turns)
             logprobs = list(fork.logprobs) if logprobs is not None else None
         if len(tokens) >= max_length:
             tokens = tokens[-(max_length - 1) :]  # keep the end (OpenRLHF's rule), and say so
@@ -191,18 +193,10 @@ class GymAgentExecutor(AgentExecutorBase):
             action_tokens = list(out.token_ids)
             action = clean_action(out.text, tokenizer)
             start, end = len(tokens), len(tokens) + len(action_tokens)
-            state = str(obs)
             snap = await asyncio.to_thread(snapshot_env(env).snapshot) if episode is not None else None
             obs, reward, terminated, env_trunc, info = await asyncio.to_thread(env.step, action)
-            if episode is not None:
-                episode.recorder.step(snap, action, obs, reward, terminated, env_trunc, info)
-            total += float(reward)
-            success = env_success(info)
-            anchors = tracker.anchors()
-            tracker.step(action, str(obs), info)
-            invalid = bool(info.get("invalid", False))
-            turn = Turn(state, action, float(reward), invalid, start, end, next_state=str(obs), anchors=anchors)
-            turns.append(dataclasses.replace(turn, next_anchors=tracker.anchors()))
+            recorder.step(snap, action, obs, reward, terminated, env_trunc, info)
+            turns.append(Turn(start, end))
             ranges.append((start, end))
             tokens = tokens + action_tokens
             lps = [float(d[t].logprob) if d and t in d else 0.0 for t, d in zip(action_tokens, out.logprobs or [])]
@@ -223,20 +217,28 @@ class GymAgentExecutor(AgentExecutorBase):
             if logprobs is not None:
                 logprobs.extend([0.0] * len(feedback))
         extra: dict[str, Any] = {}
+        # the final state's snapshot only when this loop cut a kept episode (envkit.recorder's rule)
+        final = recorder.wants_final_snapshot
+        recorder.stop(await asyncio.to_thread(snapshot_env(env).snapshot) if final else None)
         if episode is not None:
-            rec = episode.recorder  # the final state only when this loop cut the episode (envkit.recorder)
-            rec.stop(await asyncio.to_thread(snapshot_env(env).snapshot) if rec.wants_final_snapshot else None)
             extra["episode"] = f"e{next(self._ids)}"
             self._episodes[extra["episode"]] = episode
             if branch:  # kept with its episode until finish_group (ALFWorld's snapshots are instance-scoped)
                 self._held.add(id(env))
                 extra.update(self.explorer.episode_extra(nll))
         mean_lp = sum(action_lps) / len(action_lps) if action_lps else None
+        # the row's record: from reset, or (a fork) from its backbone's reset with the backbone's steps first
+        first: tuple[str, Mapping[str, Any], tuple[Step, ...]] = (
+            (recorder.initial_observation, recorder.initial_info, ())
+            if fork is None
+            else (fork.start_observation, fork.start_info, fork.steps)
+        )
         record = RolloutRecord(
             spec=spec,
+            observation=first[0],
+            info=first[1],
+            steps=first[2] + recorder.steps,
             turns=tuple(turns),
-            success=success,
-            episode_return=total,
             truncated=truncated,
             reason=reason,
             mean_logprob=mean_lp if mean_lp is None or math.isfinite(mean_lp) else None,
@@ -247,13 +249,17 @@ class GymAgentExecutor(AgentExecutorBase):
             "label": label,
             "images": None,
             "mm_train_inputs": None,
-            "reward": total,
-            "scores": float(success),
+            "reward": record.episode_return,
+            "scores": float(record.success),
             "observation_tokens": tokens[:max_length],
             "action_ranges": ranges,
             "rollout_log_probs": logprobs[:max_length] if logprobs is not None else None,
             "truncated": truncated,
-            "extra_logs": {"envkit_success": float(success), "envkit_turns": float(len(turns)), "envkit_oracle": 0.0},
+            "extra_logs": {
+                "envkit_success": float(record.success),
+                "envkit_turns": float(len(turns)),
+                "envkit_oracle": 0.0,
+            },
             RESPONSE_KEY: record.to_dict(),
         }
 

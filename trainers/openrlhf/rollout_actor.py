@@ -20,6 +20,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
 from copy import deepcopy
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
@@ -317,7 +318,7 @@ async def run_planned(
         )
         rec = response.get(RESPONSE_KEY)
         record = RolloutRecord.from_dict(rec) if rec else RolloutRecord(spec=spec)
-        response[RESPONSE_KEY] = RolloutRecord(**{**record.__dict__, "spec": spec}).to_dict()
+        response[RESPONSE_KEY] = dataclasses.replace(record, spec=spec).to_dict()
         return response
 
     responses = list(await asyncio.gather(*(one(s) for s in parsed)))

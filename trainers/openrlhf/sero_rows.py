@@ -13,9 +13,10 @@ vLLM rollout actor that ran them:
    log-prob of the action (one prompt-logprobs pass of the live engine);
 4. the oracle row REPLACES the failed rollout it branched from, so the batch keeps exactly ``batch x n`` rows
    and OpenRLHF's batch arithmetic (train batch size, DeepSpeed accumulation) is untouched (the project's choice
-   for this backend). The record stays the POLICY episode's (``success`` False, its return): its turns before
-   the root are the rollout's own, trained with their own policy credit; its turns from the root on ride along
-   as ``policy_suffix`` (credited with the group, no tokens: they leave the loss). At most ``roots_per_group``
+   for this backend). The record stays the POLICY episode's (``success`` False, its return, both read from its
+   policy steps): its steps and turns before the root are the rollout's own, trained with their own policy
+   credit, then the oracle's steps (``is_oracle``) with their turns; the rollout's steps from the root on ride
+   along as ``policy_suffix`` (credited with the group, no tokens: they leave the loss). At most ``roots_per_group``
    rows and ``max_oracle_share`` of the group are replaced.
 5. the experience maker credits the batch with `envkit.credit.sero_advantages.sero_advantages`
    (`envkit.trainers.openrlhf.sero_turns`), the function the local trainer and ``envkit-oracle rollout`` call.
@@ -27,6 +28,7 @@ it (`envkit.lifetime.discard_many`), whether or not SERO used them.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -34,7 +36,6 @@ import gymnasium as gym
 import numpy as np
 
 from envkit.core import Step, Trajectory
-from envkit.credit.step_table import steps_anchor_dicts
 from envkit.recorder import EpisodeRecorder
 from envkit.trainers.openrlhf.config import BackendConfig
 from envkit.trainers.openrlhf.rollout_records import RESPONSE_KEY, RolloutRecord, Turn
@@ -115,9 +116,7 @@ async def sero_group(
         picker.settle(dead=outcome.dead_end, root=root)
         if not outcome.success:
             continue
-        row = await _oracle_row(
-            cfg, responses[root.trajectory], records[root.trajectory], trajs[root.trajectory], root.t, outcome, gen
-        )
+        row = await _oracle_row(cfg, responses[root.trajectory], records[root.trajectory], root.t, outcome, gen)
         if row is not None:
             out[root.trajectory] = row
             used.add(root.trajectory)
@@ -131,33 +130,24 @@ def oracle_record(
     outcome: ContinuationOutcome,
     spans: list[tuple[int, int]],
     loglik: list[float],
-    trajectory: Trajectory | None = None,
 ) -> RolloutRecord:
-    """The record of the oracle row that replaces `record` (see the module docstring, step 4): its turns before
-    root step `t`, then the oracle's turns (token `spans`, l_j `loglik`, the weight logged), ``policy_suffix`` the
-    rollout's turns from `t` on; success and return stay the policy episode's. Given the rollout's `trajectory`,
-    each oracle turn carries its state's anchors (`Turn.anchors`), following the path from reset through the root
-    (None: the oracle turns have only their observations, and the batch groups by the observation)."""
+    """The record of the oracle row that replaces `record` (see the module docstring, step 4): its steps and turns
+    before root step `t`, then the oracle's steps (`outcome`) with their turns (token `spans`, l_j `loglik`, the
+    weight logged), ``policy_suffix`` the rollout's steps from `t` on; success and return stay the policy
+    episode's (read from its steps). Each state's anchors are read from the steps, along the path from the
+    record's first state through the root."""
     weights = cfg.sero_opts.reach.weights(loglik)  # what the credit recomputes (logged with the turns)
-    nodes: list[dict[str, str] | None] = [None] * (len(outcome.steps) + 1)
-    if trajectory is not None:
-        path = (*trajectory.steps[:t], *outcome.steps)
-        nodes = list(steps_anchor_dicts(trajectory.initial_observation, trajectory.initial_info, path)[t:])
     oracle_turns = [
-        Turn(
-            st.observation, st.action, float(st.reward), bool(st.info.get("invalid", False)), s, e, float(w),
-            st.next_observation, nodes[j], nodes[j + 1], oracle=True, loglik=float(ll),
-        )
-        for j, (st, (s, e), w, ll) in enumerate(zip(outcome.steps, spans, weights, loglik, strict=True))
-    ]  # fmt: skip
-    turns = list(record.turns[:t]) + oracle_turns
-    return RolloutRecord(
-        spec=record.spec, turns=tuple(turns), success=record.success, episode_return=record.episode_return,
-        truncated=record.truncated, reason=record.reason, oracle=True, mean_logprob=record.mean_logprob,
-        extra={
-            "root_t": t, "restored_by": outcome.restored_by, "rescue_return": float(sum(tr.reward for tr in turns)),
-        },
-        policy_suffix=tuple(record.turns[t:]),
+        Turn(s, e, float(w), oracle=True, loglik=float(ll))
+        for (s, e), w, ll in zip(spans, weights, loglik, strict=True)
+    ]
+    steps = (*record.steps[:t], *outcome.steps)
+    if len(oracle_turns) != len(outcome.steps):
+        raise ValueError(f"oracle_record: {len(outcome.steps)} oracle steps but {len(spans)} token spans")
+    return dataclasses.replace(
+        record, steps=steps, turns=(*record.turns[:t], *oracle_turns), oracle=True,
+        extra={"root_t": t, "restored_by": outcome.restored_by, "rescue_return": float(sum(s.reward for s in steps))},
+        policy_suffix=record.steps[t:],
     )  # fmt: skip
 
 
@@ -165,7 +155,6 @@ async def _oracle_row(
     cfg: BackendConfig,
     response: dict,
     record: RolloutRecord,
-    trajectory: Trajectory,
     t: int,
     outcome: ContinuationOutcome,
     gen: GenerationContext,
@@ -186,7 +175,7 @@ async def _oracle_row(
         return None
     logprobs = await gen.engine.prompt_logprobs(tokens)  # logprobs[i] is the log-prob of tokens[i + 1]
     loglik = [min(float(np.mean(logprobs[s - 1 : e - 1])), 0.0) for s, e in spans]
-    new_record = oracle_record(cfg, record, t, outcome, spans, loglik, trajectory)
+    new_record = oracle_record(cfg, record, t, outcome, spans, loglik)
     rollout_lps = None
     if getattr(gen.sampling_params, "logprobs", None) is not None:
         base = list(response.get("rollout_log_probs") or [])[: spans[0][0] if spans else len(tokens)]

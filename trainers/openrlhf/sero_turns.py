@@ -1,10 +1,10 @@
 """SERO's credit in the OpenRLHF experience maker: the batch's policy episodes and oracle rows through
 `envkit.credit.sero_advantages.sero_advantages`, the function the local trainer and ``envkit-oracle rollout`` call.
 
-Each row's policy episode is ``record.policy_turns()`` (an oracle row: the failed rollout's turns before the root,
+Each row's policy episode is ``record.policy_steps()`` (an oracle row: the failed rollout's steps before the root,
 then its ``policy_suffix``), in the same table plain GraphGPO builds (`turn_paths.turn_table`); each oracle
-row adds one `Rescue` (its ``Turn.oracle`` turns with their l_j; states: their anchors under the table's state
-key, `turn_paths.turns_state_key`). Back come, per row and turn, the advantage (policy
+row adds one `Rescue` (its ``Turn.oracle`` steps with their l_j; states: their nodes under the table's state
+key, `turn_paths.turns_state_key`, read from the row's steps by `turn_paths.row_nodes`). Back come, per row and turn, the advantage (policy
 turns: their policy credit; oracle turns: the success's credit) and the loss weight (oracle turns: the reachability
 weight, `envkit.credit.reachability.ReachConfig.weights`; policy turns 1).
 """
@@ -17,7 +17,7 @@ import numpy as np
 
 from envkit.credit.sero_advantages import Rescue, sero_advantages
 from envkit.trainers.openrlhf.config import BackendConfig
-from envkit.trainers.openrlhf.turn_paths import SampleRow, turn_anchor, turn_table, turns_state_key
+from envkit.trainers.openrlhf.turn_paths import SampleRow, row_nodes, turn_table, turns_state_key
 
 __all__ = ["sero_turn_advantages"]
 
@@ -36,16 +36,15 @@ def sero_turn_advantages(
         if not js or row.record is None:
             continue
         ora = [row.turns[j] for j in js]
-        states = tuple(str(turn_anchor(kind, t.state, t.anchors)) for t in ora)
-        after = [turn_anchor(kind, t.next_state, t.next_anchors) for t in ora]  # unknown: the next turn's state
-        nexts = tuple(str(a) if a is not None else (*states[1:], "")[j] for j, a in enumerate(after))
+        nodes = row_nodes(row, kind)  # every state of the row: the rollout's before the root, then the oracle's
+        states, nexts = tuple(nodes[j] for j in js), tuple(nodes[j + 1] for j in js)
         ret = row.record.extra.get("rescue_return", 0.0)
         if cfg.adv.terminal_reward is not None:
             ret = float(cfg.adv.terminal_reward)
         rescues.append(
             Rescue(
-                groups[i], i, int(row.record.extra["root_t"]), states, tuple(t.action for t in ora), nexts,
-                tuple(t.invalid for t in ora),
+                groups[i], i, int(row.record.extra["root_t"]), states, tuple(row.steps[j].action for j in js), nexts,
+                tuple(row.record.invalid[j] for j in js),
                 tuple(float(t.loglik if t.loglik is not None else 0.0) for t in ora), float(ret),
             )
         )  # fmt: skip

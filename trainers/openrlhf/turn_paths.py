@@ -3,8 +3,9 @@
 The one step-table builder (`envkit.credit.step_table.StepTable.from_paths`) and its conventions
 (`envkit.credit.played_path`: one state-key rule, each step pointing to its recorded next state, ``terminal_reward``
 on a success's last step) are the local trainer's and ``envkit-oracle rollout``'s too; this module only reads the
-rollout records: each turn's observation and anchors (`Turn.anchors`, the executor's), and the recorded state after
-the last turn (`Turn.next_state` / `Turn.next_anchors`). Used by plain GiGPO / GraphGPO credit
+rollout records' steps (`RolloutRecord.steps`, the executor's recorder): each state's observation and info (anchors
+are derived from them by the path, as for a local episode), the recorded state after the last step included. Used
+by plain GiGPO / GraphGPO credit
 (`envkit.trainers.openrlhf.turn_advantages`) and SERO's (`envkit.trainers.openrlhf.sero_turns`).
 """
 
@@ -14,13 +15,14 @@ from collections.abc import Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from envkit.core import Step
 from envkit.credit.played_path import PlayedPath, paths_state_key
-from envkit.credit.state_keys import STATE_KEY, StateKeyKind
+from envkit.credit.state_keys import StateKeyKind
 from envkit.credit.step_table import StepTable
 from envkit.trainers.openrlhf.config import BackendConfig
 from envkit.trainers.openrlhf.rollout_records import RolloutRecord, Turn
 
-__all__ = ["SampleRow", "episode_return", "row_path", "turn_anchor", "turn_table", "turns_state_key"]
+__all__ = ["SampleRow", "episode_return", "row_nodes", "row_path", "turn_table", "turns_state_key"]
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,13 @@ class SampleRow:
 
     @property
     def turns(self) -> tuple[Turn, ...]:
+        """Per step of `steps`, its token span, loss weight and oracle flag."""
         return self.record.turns if self.record is not None else ()
+
+    @property
+    def steps(self) -> tuple[Step, ...]:
+        """The row's env steps (`RolloutRecord.steps`; none without a record)."""
+        return self.record.steps if self.record is not None else ()
 
 
 def episode_return(row: SampleRow, cfg: BackendConfig) -> float:
@@ -62,34 +70,34 @@ def episode_return(row: SampleRow, cfg: BackendConfig) -> float:
     return row.reward
 
 
-def _path_turns(row: SampleRow, policy_only: bool) -> tuple[Turn, ...]:
-    """The turns of the episode a row's table rows stand for: its turns, or (SERO) its policy episode
-    (`RolloutRecord.policy_turns`: an oracle row's turns before the root, then its ``policy_suffix``)."""
-    return row.record.policy_turns() if policy_only and row.record is not None else row.turns
+def _path_steps(row: SampleRow, policy_only: bool) -> tuple[Step, ...]:
+    """The steps of the episode a row's table rows stand for: its steps, or (SERO) its policy episode
+    (`RolloutRecord.policy_steps`: an oracle row's steps before the root, then its ``policy_suffix``)."""
+    return row.record.policy_steps() if policy_only and row.record is not None else row.steps
 
 
 def row_path(row: SampleRow, group: Hashable, index: int, *, policy_only: bool = False) -> PlayedPath:
-    """A row's turns as a `PlayedPath` (the final state: the last turn's recorded ``next_state``, when known)."""
-    turns = _path_turns(row, policy_only)
-    obs: list[str] = [t.state for t in turns]
-    maps: list[Mapping[str, str] | None] = [t.anchors for t in turns]
-    if turns and turns[-1].next_state is not None:
-        obs.append(turns[-1].next_state)
-        maps.append(turns[-1].next_anchors)
+    """A row's steps as a `PlayedPath`: each state's observation and info (the record's first state, then each
+    step's), the state after the last step included."""
+    steps = _path_steps(row, policy_only)
+    first = (row.record.observation, row.record.info) if row.record is not None else ("", {})
+    obs = (*(s.observation for s in steps), steps[-1].next_observation) if steps else (first[0],)
     return PlayedPath(
-        group, index, tuple(obs), tuple(t.action for t in turns), tuple(float(t.reward) for t in turns),
-        tuple(bool(t.invalid) for t in turns), row.success, anchor_maps=tuple(maps), episode_return=row.reward,
+        group, index, obs, tuple(s.action for s in steps), tuple(float(s.reward) for s in steps),
+        tuple(bool(s.info.get("invalid", False)) for s in steps), row.success,
+        infos=(first[1], *(s.info for s in steps)), episode_return=row.reward,
     )  # fmt: skip
 
 
-def _oracle_infos(rows: Sequence[SampleRow]) -> list[dict[str, Any]]:
-    """The states SERO's oracle turns lead to, as the state-key rule reads them (``env`` anchor as key)."""
-    out: list[dict[str, Any]] = []
-    for r in rows:
-        for t in r.turns:
-            if t.oracle:
-                out.append({STATE_KEY: t.next_anchors["env"]} if t.next_anchors and "env" in t.next_anchors else {})
-    return out
+def row_nodes(row: SampleRow, kind: StateKeyKind) -> list[str]:
+    """The node of every state of the row's steps under `kind` (T + 1: the first state, then each step's next),
+    read from the steps as the table reads them (`PlayedPath.nodes`)."""
+    return row_path(row, 0, row.index).nodes(kind)
+
+
+def _oracle_infos(rows: Sequence[SampleRow]) -> list[Mapping[str, Any]]:
+    """The infos of the states SERO's oracle steps lead to (the state-key rule reads their ``state_key``)."""
+    return [s.info for r in rows for s, t in zip(r.steps, r.turns) if t.oracle]
 
 
 def turns_state_key(rows: Sequence[SampleRow], cfg: BackendConfig, *, policy_only: bool = False) -> StateKeyKind:
@@ -100,15 +108,8 @@ def turns_state_key(rows: Sequence[SampleRow], cfg: BackendConfig, *, policy_onl
     Raises:
         ValueError: ``--adv.state-key=env`` and a state has no key (says which option to set).
     """
-    paths = [row_path(r, 0, i, policy_only=policy_only) for i, r in enumerate(rows) if _path_turns(r, policy_only)]
+    paths = [row_path(r, 0, i, policy_only=policy_only) for i, r in enumerate(rows) if _path_steps(r, policy_only)]
     return paths_state_key(cfg.adv.state_key, paths, _oracle_infos(rows) if policy_only else ())
-
-
-def turn_anchor(kind: str, observation: str | None, anchors: Mapping[str, str] | None) -> str | None:
-    """A state's node: its observation, or its anchor under `kind` (None when unknown)."""
-    if kind == "observation":
-        return observation
-    return None if anchors is None else anchors.get(kind)
 
 
 def turn_table(
@@ -122,7 +123,7 @@ def turn_table(
     table = StepTable.from_paths(paths, state_key=kind, terminal_reward=cfg.adv.terminal_reward)
     owner: list[Any] = []
     for i, row in enumerate(rows):
-        n = len(_path_turns(row, policy_only))
+        n = len(_path_steps(row, policy_only))
         if policy_only:
             pos = [j for j, t in enumerate(row.turns) if not t.oracle]
             owner += [(i, pos[j] if j < len(pos) else None) for j in range(n)]

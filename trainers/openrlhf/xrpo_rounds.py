@@ -98,8 +98,8 @@ class XrpoRounds:
                 per_prompt[p].extend(responses)
                 observed[p] = [float(r.get("reward") or 0.0) for r in responses]
                 rec = _record(responses[0]) if responses else None
-                if rec is not None and rec.turns:
-                    queries[p] = rec.turns[0].state  # retrieve by the problem itself, not the template
+                if rec is not None and rec.steps:
+                    queries[p] = rec.steps[0].observation  # retrieve by the problem itself, not the template
             planner.observe(observed)
         self._grow_corpus(ids, queries, per_prompt)
         total = sum(len(r) for r in per_prompt)
@@ -112,7 +112,7 @@ class XrpoRounds:
                 rec = _record(response)
                 if rec is None or not self._success(response):
                     continue
-                self.corpus.add(pid, query, "\n".join(t.action for t in rec.turns))
+                self.corpus.add(pid, query, "\n".join(s.action for s in rec.steps))
 
     @staticmethod
     def group_sizes(responses: list[dict]) -> np.ndarray:

@@ -81,12 +81,13 @@ def test_fork_slots_plan():
 
 
 def _row(index, spec_index, turns, success, tree, fork=False, group="g0"):
-    from envkit.trainers.openrlhf.rollout_records import RolloutRecord, RolloutSpec, Turn
+    from envkit.trainers.openrlhf.rollout_records import RolloutSpec
     from envkit.trainers.openrlhf.turn_advantages import SampleRow
+    from tests.trainers.openrlhf.records import T, record
 
-    ts = tuple(Turn(f"s{k}", "a", 0.0, False, 10 * k, 10 * k + 2) for k in range(turns))
+    ts = tuple(T(f"s{k}", "a", 0.0, False, 10 * k, 10 * k + 2) for k in range(turns))
     extra = {"branch": tree} if tree is not None else {}
-    rec = RolloutRecord(RolloutSpec(group, spec_index, fork=fork), ts, success=success, extra=extra)
+    rec = record(RolloutSpec(group, spec_index, fork=fork), ts, success, extra=extra)
     return SampleRow(index, float(success), rec)
 
 
@@ -150,14 +151,13 @@ def test_groups_without_a_tree_keep_the_estimator_and_a_bad_tree_is_refused():
 
 def test_fork_slot_plays_nothing_and_fork_start_checks_the_restore():
     """A fork slot's `execute` makes no env; `fork_start` on a real Toy episode restored in a fresh env keeps the
-    backbone's row before the fork turn, rebuilds the same anchors, and refuses a restore that is not exact."""
+    backbone's row (steps, turns, tokens) before the fork turn, and refuses a restore that is not exact."""
     import asyncio
     from types import SimpleNamespace
 
     import gymnasium as gym
 
     import envkit  # noqa: F401  (registers envkit/Toy-v0)
-    from envkit.credit.state_keys import AnchorTracker
     from envkit.recorder import EpisodeRecorder
     from envkit.trainers.openrlhf.branch_rows import fork_start
     from envkit.trainers.openrlhf.gym_executor import GymAgentExecutor, RolloutTask
@@ -171,21 +171,18 @@ def test_fork_slot_plays_nothing_and_fork_start_checks_the_restore():
     env = gym.make(task.env_id)
     obs, info = env.reset(seed=0, options=task.options)
     ep = SeroEpisode(task, EpisodeRecorder(obs, info, snapshots=True), env)
-    tracker, turns = AnchorTracker(str(obs), info), []
-    for k, action in enumerate(["right", "stay", "right"]):
+    for action in ["right", "stay", "right"]:
         snap = env.snapshot()
-        nxt, r, term, trunc, info = env.step(action)
-        ep.recorder.step(snap, action, nxt, r, term, trunc, info)
-        turns.append(Turn(str(obs), action, float(r), False, 10 + 4 * k, 12 + 4 * k, anchors=tracker.anchors()))
-        tracker.step(action, str(nxt), info)
-        obs = nxt
-    rec = RolloutRecord(RolloutSpec("g", 0), tuple(turns))
+        ep.recorder.step(snap, action, *env.step(action))
+    turns = tuple(Turn(10 + 4 * k, 12 + 4 * k) for k in range(3))
+    rec = RolloutRecord(RolloutSpec("g", 0), ep.initial_observation, ep.initial_info, ep.steps, turns)
+    rec = RolloutRecord.from_dict(rec.to_dict())  # as it crossed Ray: no snapshots
     response = {"observation_tokens": list(range(30)), "rollout_log_probs": [-0.1] * 30}
     fresh = gym.make(task.env_id)
     start = fork_start(ep, rec, response, 2, *fresh.unwrapped.restore(ep.steps[2].snapshot))
     assert start.tokens == tuple(range(18)) and start.turns == rec.turns[:2] and start.logprobs == (-0.1,) * 18
-    assert start.tracker.anchors() == turns[2].anchors and start.observation == turns[2].state
-    assert start.total == sum(t.reward for t in turns[:2])
+    assert start.steps == rec.steps[:2] and start.observation == rec.steps[2].observation
+    assert (start.start_observation, start.start_info) == (rec.observation, rec.info)
     with pytest.raises(RuntimeError, match="restore is not exact"):
         fork_start(ep, rec, response, 2, *fresh.unwrapped.restore(ep.steps[0].snapshot))
 
@@ -196,10 +193,11 @@ def test_a_forks_prefix_turns_have_no_tokens_in_its_loss():
     import torch
 
     from envkit.trainers.openrlhf.experience import token_advantages, turn_token_ends
-    from envkit.trainers.openrlhf.rollout_records import RolloutRecord, RolloutSpec, Turn
+    from envkit.trainers.openrlhf.rollout_records import RolloutSpec
+    from tests.trainers.openrlhf.records import T, record
 
-    turns = tuple(Turn("s", "a", 0.0, False, s, s + 2) for s in (2, 6, 10))  # turn 0: the backbone's prefix
-    rec = RolloutRecord(RolloutSpec("g", 2, fork=True), turns, extra={"branch": {"parent": 0, "fork": 1}})
+    turns = tuple(T("s", "a", 0.0, False, s, s + 2) for s in (2, 6, 10))  # turn 0: the backbone's prefix
+    rec = record(RolloutSpec("g", 2, fork=True), turns, extra={"branch": {"parent": 0, "fork": 1}})
     obs_mask = torch.zeros(13)
     for t in turns[1:]:  # the row's action_ranges
         obs_mask[t.start : t.end] = 1

@@ -23,8 +23,8 @@ from envkit.credit.advantage_options import AdvantageOptions
 from envkit.trainers.explorers.branch import BranchConfig
 from envkit.trainers.openrlhf.config import BackendConfig
 from envkit.trainers.openrlhf.credit_log import CREDIT_LOG
-from envkit.trainers.openrlhf.rollout_records import RolloutRecord, RolloutSpec, Turn
-from tests.trainers.openrlhf.test_openrlhf_credit_log import _anchors, _checker
+from envkit.trainers.openrlhf.rollout_records import RolloutRecord, RolloutSpec
+from tests.trainers.openrlhf.test_openrlhf_credit_log import _checker, _played
 from tests.trainers.openrlhf.test_openrlhf_experience import _experiences, _makers
 
 # per group, per row in spec order: (states before each action + the final one, actions, success, tree)
@@ -51,14 +51,11 @@ def _records() -> list[dict]:
     out = []
     for group, rows in GROUPS.items():
         for i, (states, actions, success, tree) in enumerate(rows):
-            turns = tuple(
-                Turn(states[t], a, float(success and t == len(actions) - 1), False, 5 + 4 * t, 7 + 4 * t,
-                     next_state=states[t + 1], anchors=_anchors(states[t]), next_anchors=_anchors(states[t + 1]))
-                for t, a in enumerate(actions)
-            )  # fmt: skip
             node = {**tree, "entropy": 0.5, "restored": "native"} if i >= 2 else {**tree, "nll": [0.1] * len(actions)}
             spec = RolloutSpec(group, i, fork=i >= 2)
-            out.append(RolloutRecord(spec, turns, success, 10.0 * success, extra={"branch": node}).to_dict())
+            out.append(
+                _played(spec, states, actions, [False] * len(actions), success, extra={"branch": node}).to_dict()
+            )
     return out
 
 
@@ -66,8 +63,8 @@ def _logged(strategy_factory, tmp_path: Path, env_id: str = "envkit/Toy-v0", adv
     cfg = BackendConfig(explorer="branch", env_id=env_id, n_samples_per_prompt=4, max_turns=3,
                         advantage="graphgpo", adv=adv, branch=BRANCH, credit_log=True)  # fmt: skip
     records = _records()
-    exps = _experiences([10.0 * r["success"] for r in records], [4 * len(r["turns"]) for r in records],
-                        records=records)  # fmt: skip
+    exps = _experiences([10.0 * RolloutRecord.from_dict(r).success for r in records],
+                        [4 * len(r["turns"]) for r in records], records=records)  # fmt: skip
     for i, rec in enumerate(records):  # a fork trains its own turns only: its prefix is out of its action mask
         exp, b = exps[i // 2], i % 2
         for turn in rec["turns"][: rec["extra"]["branch"].get("turn", 0) if rec["spec"]["fork"] else 0]:

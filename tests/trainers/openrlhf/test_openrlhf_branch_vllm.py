@@ -138,9 +138,12 @@ def _check(cfg, ex, out, scoped):
         assert (node["source"], node["turn"], node["restored"]) == (source, turn, "native")
         assert (node["parent"], node["fork"]) == ((source, turn) if turn > 0 else (-1, 0))
         start = bb.turns[turn].start
-        assert toks[:start] == bt[:start] and rec.turns[:turn] == bb.turns[:turn]
+        assert (
+            toks[:start] == bt[:start] and rec.turns[:turn] == bb.turns[:turn] and rec.steps[:turn] == bb.steps[:turn]
+        )
         own = rec.turns[turn:]
-        assert own and own[0].state == bb.turns[turn].state and own[0].anchors == bb.turns[turn].anchors
+        assert own and rec.steps[turn].observation == bb.steps[turn].observation
+        assert (rec.observation, rec.info) == (bb.observation, bb.info)  # the fork's record starts at the reset
         assert [tuple(r) for r in out[i]["action_ranges"]] == [(t.start, t.end) for t in own]  # own turns only
         assert own[0].start == start and len(rec.turns) <= cfg.max_turns
     assert not ex._episodes and not ex._held  # snapshots discarded, envs back in the cache

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -47,35 +48,39 @@ def _checker():
     return mod
 
 
-def _anchors(s: str) -> dict[str, str]:
-    return {"env": f"k{s}"}
+def _info(s: str, **more: object) -> dict[str, object]:
+    """The info of state `s`: the env's exact key (so the batch groups by it), and `more`."""
+    return {"state_key": f"k{s}", **more}
+
+
+def _played(spec: RolloutSpec, states: list[str], actions: list[str], invalid: list[bool], success: bool,
+            **fields: Any) -> RolloutRecord:  # fmt: skip
+    """The record the executor writes for a played row: its steps (the env's key in each state's info, reward 1 and
+    ``success`` on a success's last step) and their token spans (two action tokens, then feedback)."""
+    last = len(actions) - 1
+    steps = tuple(
+        Step(states[t], a, float(success and t == last), states[t + 1], success and t == last, False,
+             _info(states[t + 1], invalid=invalid[t], **({"success": True} if success and t == last else {})))
+        for t, a in enumerate(actions)
+    )  # fmt: skip
+    turns = tuple(Turn(5 + 4 * t, 7 + 4 * t) for t in range(len(actions)))
+    return RolloutRecord(spec, states[0], _info(states[0]), steps, turns, **fields)
 
 
 def _records(cfg: BackendConfig) -> list[dict]:
-    out = []
-    for i, (states, actions, invalid, success, truncated) in enumerate(GROUP):
-        turns = tuple(
-            Turn(states[t], a, float(success and t == len(actions) - 1), invalid[t], 5 + 4 * t, 7 + 4 * t,
-                 next_state=states[t + 1], anchors=_anchors(states[t]), next_anchors=_anchors(states[t + 1]))
-            for t, a in enumerate(actions)
-        )  # fmt: skip
-        out.append(RolloutRecord(RolloutSpec("g0", i), turns, success, 10.0 * success, truncated=truncated))
+    out = [
+        _played(RolloutSpec("g0", i), states, actions, invalid, success, truncated=truncated)
+        for i, (states, actions, invalid, success, truncated) in enumerate(GROUP)
+    ]
     for i, t, steps, ll in CONTINUATIONS:
         outcome = ContinuationOutcome(
             Root(0, i, t, steps[0][0]), "native",
             steps=tuple(Step(s, a, float(j == len(steps) - 1), n, j == len(steps) - 1, False,
-                             {"invalid": False, "state_key": f"k{n}"}, None, True) for j, (s, a, n) in enumerate(steps)),
+                             _info(n, invalid=False), None, True) for j, (s, a, n) in enumerate(steps)),
             success=True,
         )  # fmt: skip
         spans = [(5 + 4 * (t + j), 7 + 4 * (t + j)) for j in range(len(steps))]
-        out[i] = oracle_record(cfg, out[i], t, outcome, spans, ll)
-        # oracle_record without the trajectory leaves the oracle turns' anchors out: give them theirs
-        turns = tuple(
-            Turn(**{**tr.to_dict(), "anchors": _anchors(tr.state), "next_anchors": _anchors(str(tr.next_state))})
-            if tr.oracle else tr
-            for tr in out[i].turns
-        )  # fmt: skip
-        out[i] = RolloutRecord.from_dict({**out[i].to_dict(), "turns": [tr.to_dict() for tr in turns]})
+        out[i] = oracle_record(cfg, out[i], t, outcome, spans, ll)  # anchors: read from the steps
     return [r.to_dict() for r in out]
 
 
@@ -83,7 +88,8 @@ def _logged(strategy_factory, tmp_path: Path) -> Path:
     cfg = BackendConfig(n_samples_per_prompt=4, sero=True, advantage="graphgpo", adv=ADV, credit_log=True)
     records = _records(cfg)
     lengths = [4 * len(r["turns"]) for r in records]
-    exps = _experiences([10.0 * r["success"] for r in records], lengths, records=records)
+    rewards = [10.0 * RolloutRecord.from_dict(r).success for r in records]
+    exps = _experiences(rewards, lengths, records=records)
     _, maker = _makers(strategy_factory(4, ("--ckpt.output_dir", str(tmp_path))), cfg)
     maker.compute_advantages_and_returns(exps)
     return tmp_path / CREDIT_LOG

@@ -61,27 +61,27 @@ def test_episode_records_turns_tokens_in_tokens_out(tokenizer):
     ex = _executor()
     out, engine = _run(ex, tokenizer, ["jump", "right", "right"])
     rec = RolloutRecord.from_dict(out["envkit"])
-    assert [t.action for t in rec.turns] == ["jump", "right", "right"]
-    assert [t.invalid for t in rec.turns] == [True, False, False]
-    assert [t.reward for t in rec.turns] == [0.0, 0.0, 1.0]
+    assert [s.action for s in rec.steps] == ["jump", "right", "right"]
+    assert list(rec.invalid) == [True, False, False]
+    assert [s.reward for s in rec.steps] == [0.0, 0.0, 1.0]
     assert rec.success and out["scores"] == 1.0 and out["reward"] == 1.0
     assert rec.reason == "terminated" and not rec.truncated and out["truncated"] is False
-    first_obs = rec.turns[0].state
+    first_obs = rec.steps[0].observation
     assert first_obs.startswith("You are at cell 0 of 4. The goal is cell 2.")
-    assert rec.turns[2].state.startswith("You are at cell 1")  # the raw observation, no history
+    assert rec.steps[2].observation.startswith("You are at cell 1")  # the raw observation, no history
     # token-in/token-out: every engine input extends the previous one; nothing earlier is re-tokenised
     toks = out["observation_tokens"]
     for a, b in zip(engine.calls, engine.calls[1:]):
         assert b[: len(a)] == a
     assert toks[: len(engine.calls[-1])] == engine.calls[-1]
     assert engine.calls[0] == tokenizer(f"Task: {first_obs}\nAct:", add_special_tokens=False)["input_ids"]
-    for (s, e), turn in zip(out["action_ranges"], rec.turns):
+    for (s, e), turn, step in zip(out["action_ranges"], rec.turns, rec.steps, strict=True):
         assert (turn.start, turn.end) == (s, e)
-        assert tokenizer.decode(toks[s:e]) == turn.action + tokenizer.eos_token
+        assert tokenizer.decode(toks[s:e]) == step.action + tokenizer.eos_token
     # the observation after turn 1 was appended with the feedback template, tokenised once
     s1, e1 = out["action_ranges"][0]
     s2, _ = out["action_ranges"][1]
-    fb = tokenizer("\n" + rec.turns[1].state + "\n", add_special_tokens=False)["input_ids"]
+    fb = tokenizer("\n" + rec.steps[1].observation + "\n", add_special_tokens=False)["input_ids"]
     assert toks[e1:s2] == fb
     assert len(out["rollout_log_probs"]) == len(toks)
     assert out["rollout_log_probs"][s1:e1] == [-0.5] * (e1 - s1) and out["rollout_log_probs"][e1] == 0.0
@@ -204,10 +204,11 @@ def test_executor_to_experience_pipeline_gigpo(tokenizer, strategy_factory):
         trajectory=[i for i, r in enumerate(records) for _ in r.turns],
         step=[j for r in records for j in range(len(r.turns))],
         # the Toy env offers an exact key, so the default (--adv.state-key unset) groups by it, not by the text
-        state=[t.anchors["env"] for r in records for t in r.turns],
-        reward=[t.reward for r in records for t in r.turns],
-        invalid=[t.invalid for r in records for t in r.turns],
-        next_state=[t.next_anchors["env"] for r in records for t in r.turns],
+        # each state's key is in its info: the record's first state's, then each step's (the state it leads to)
+        state=[([r.info] + [s.info for s in r.steps])[j]["state_key"] for r in records for j in range(len(r.steps))],
+        reward=[s.reward for r in records for s in r.steps],
+        invalid=[v for r in records for v in r.invalid],
+        next_state=[s.info["state_key"] for r in records for s in r.steps],
         success=[r.success for r in records for _ in r.turns],
     )
     want = gigpo_advantages(table).advantages
@@ -244,11 +245,11 @@ def test_webshop_episode_with_oracle_actions(tokenizer):
     ex = GymAgentExecutor(BackendConfig(env_id="envkit/WebShop-v0", n_samples_per_prompt=2))
     out, engine = _run(ex, tokenizer, ["click[no such button]", *plan], max_length=4096, label="3", prompt="{obs}\n")
     rec = RolloutRecord.from_dict(out["envkit"])
-    assert [t.action for t in rec.turns] == ["click[no such button]", *plan]
-    assert rec.turns[0].invalid and not any(t.invalid for t in rec.turns[1:])
+    assert [s.action for s in rec.steps] == ["click[no such button]", *plan]
+    assert rec.invalid[0] and not any(rec.invalid[1:])
     assert rec.success and rec.reason == "terminated" and out["scores"] == 1.0
-    assert rec.turns[0].state == obs
-    assert rec.turns[1].state.startswith("Invalid action") and rec.turns[1].state.endswith(obs)  # same page
+    assert rec.steps[0].observation == obs
+    assert rec.steps[1].observation.startswith("Invalid action") and rec.steps[1].observation.endswith(obs)  # same page
     for a, b in zip(engine.calls, engine.calls[1:]):
         assert b[: len(a)] == a
 
@@ -259,12 +260,12 @@ def test_rollouts_of_one_prompt_share_the_episode_without_a_seed(tokenizer):
     ex = _executor(max_turns=1)
     a, _ = _run(ex, tokenizer, ["stay"], label="", prompt="task A {obs}")
     b, _ = _run(ex, tokenizer, ["stay"], label="", prompt="task A {obs}")
-    first = [RolloutRecord.from_dict(o["envkit"]).turns[0].state for o in (a, b)]
+    first = [RolloutRecord.from_dict(o["envkit"]).steps[0].observation for o in (a, b)]
     assert first[0] == first[1]
     others = {
         RolloutRecord.from_dict(_run(ex, tokenizer, ["stay"], label="", prompt=f"task {i} {{obs}}")[0]["envkit"])
-        .turns[0]
-        .state
+        .steps[0]
+        .observation
         for i in range(8)
     }
     assert len(others) > 1  # different prompts, different episodes

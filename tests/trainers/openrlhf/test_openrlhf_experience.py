@@ -64,11 +64,16 @@ def _makers(strategy, config):
     return stock, ours
 
 
-def _record(group, index, turns=(), success=False, noisy=False, oracle=False, ret=0.0):
-    from envkit.trainers.openrlhf.rollout_records import RolloutRecord, RolloutSpec
+def _record(group, index, turns=(), success=False, noisy=False, oracle=False):
+    """A record's wire dict; a success without turns is one turn spanning the whole response (the verdict is
+    read from a step's info)."""
+    from envkit.trainers.openrlhf.rollout_records import RolloutSpec
+    from tests.trainers.openrlhf.records import T, record
 
     spec = RolloutSpec(group=group, index=index, noisy=noisy, anchor=7 if noisy else -1)
-    return RolloutRecord(spec, tuple(turns), success, ret, oracle=oracle).to_dict()
+    if success and not turns:
+        turns = (T("s", "a", 1.0, False, PROMPT, 10**6),)
+    return record(spec, tuple(turns), success, oracle=oracle).to_dict()
 
 
 REWARDS = [1, 0, 0, 1, 0, 0, 0, 0, 1, 1, 1, 0]
@@ -121,7 +126,7 @@ def _multi_turn(group_rewards, strategy, advantage, **adv_opts):
     """Multi-turn rows: each turn is 2 action tokens followed by 1 feedback token."""
     from envkit.credit.advantages import StepTable
     from envkit.trainers.openrlhf.config import AdvantageOptions, BackendConfig
-    from envkit.trainers.openrlhf.rollout_records import Turn
+    from tests.trainers.openrlhf.records import T
 
     trajs = {  # (group, trajectory) -> list of (state, reward, invalid)
         ("g0", 0): [("s0", 0.0, False), ("s1", 0.0, False), ("s2", 1.0, False)],
@@ -136,10 +141,10 @@ def _multi_turn(group_rewards, strategy, advantage, **adv_opts):
         turns, pos = [], PROMPT
         for j, (state, r, inv) in enumerate(steps):
             nxt = steps[j + 1][0] if j + 1 < len(steps) else f"end-{g}-{t}"
-            turns.append(Turn(state, f"a{j}", r, inv, pos, pos + 2, next_state=nxt))
+            turns.append(T(state, f"a{j}", r, inv, pos, pos + 2, next_state=nxt))
             pos += 3
         ret = sum(s[1] for s in steps)
-        records.append(_record(g, t, turns, success=ret > 0, ret=ret))
+        records.append(_record(g, t, turns, success=ret > 0))
         rewards.append(ret)
         lengths.append(pos - PROMPT)
         for j, (state, r, inv) in enumerate(steps):
@@ -225,21 +230,25 @@ def test_sero_oracle_row_tokens_carry_the_shared_credit_times_the_weights(strate
     from envkit.credit.sero_advantages import Rescue, sero_advantages
     from envkit.credit.step_table import StepTable
     from envkit.trainers.openrlhf.config import BackendConfig
-    from envkit.trainers.openrlhf.rollout_records import RolloutRecord, RolloutSpec, Turn
+    from envkit.trainers.openrlhf.rollout_records import RolloutSpec
+    from tests.trainers.openrlhf.records import T, record
 
     strategy = strategy_factory(2)
     p = PROMPT
-    plain = [Turn("s0", "a", 0.0, False, p, p + 2, next_state="s1"), Turn("s1", "c", 0.0, False, p + 2, p + 6)]
-    prefix = Turn("s0", "b", 0.0, False, p, p + 2, next_state="s2")
-    suffix = (Turn("s2", "d", 0.0, False, p + 2, p + 4, next_state="s3"),)
+    plain = [
+        T("s0", "a", 0.0, False, p, p + 2, next_state="s1"),
+        T("s1", "c", 0.0, False, p + 2, p + 6, next_state="s4"),
+    ]
+    prefix = T("s0", "b", 0.0, False, p, p + 2, next_state="s2")
+    suffix = (T("s2", "d", 0.0, False, p + 2, p + 4, next_state="s3"),)
     ll = (-0.5, -1.0)
     oracle = [
-        Turn("s2", "o1", 0.0, False, p + 2, p + 4, next_state="s5", oracle=True, loglik=ll[0]),
-        Turn("s5", "o2", 1.0, False, p + 4, p + 6, next_state="won", oracle=True, loglik=ll[1]),
+        T("s2", "o1", 0.0, False, p + 2, p + 4, next_state="s5", oracle=True, loglik=ll[0]),
+        T("s5", "o2", 1.0, False, p + 4, p + 6, next_state="won", oracle=True, loglik=ll[1]),
     ]
     records = [
-        RolloutRecord(RolloutSpec("g", 0), tuple(plain)).to_dict(),
-        RolloutRecord(
+        record(RolloutSpec("g", 0), tuple(plain)).to_dict(),
+        record(
             RolloutSpec("g", 1), (prefix, *oracle), oracle=True, extra={"root_t": 1}, policy_suffix=suffix
         ).to_dict(),
     ]
@@ -251,7 +260,7 @@ def test_sero_oracle_row_tokens_carry_the_shared_credit_times_the_weights(strate
     got = ours.compute_advantages_and_returns(exps)
     table = StepTable(
         group=["g"] * 4, trajectory=[0, 0, 1, 1], step=[0, 1, 0, 1], state=["s0", "s1", "s0", "s2"],
-        reward=[0.0] * 4, next_state=["s1", "\x00<TERMINAL>", "s2", "s3"], action=["a", "c", "b", "d"],
+        reward=[0.0] * 4, next_state=["s1", "s4", "s2", "s3"], action=["a", "c", "b", "d"],
     )  # fmt: skip
     want = sero_advantages(
         table, [Rescue("g", 1, 1, ("s2", "s5"), ("o1", "o2"), ("s5", "won"), (False,) * 2, ll, 10.0)]
@@ -320,10 +329,11 @@ def test_truncated_turn_inside_a_padded_micro_batch():
     """A rollout cut by max_len in its second turn, right-padded next to a longer one: each surviving token
     still gets its own turn's advantage."""
     from envkit.trainers.openrlhf.experience import token_advantages, turn_token_ends
-    from envkit.trainers.openrlhf.rollout_records import RolloutRecord, RolloutSpec, Turn
+    from envkit.trainers.openrlhf.rollout_records import RolloutSpec
+    from tests.trainers.openrlhf.records import T, record
 
     # observation tokens: prompt 0-3, turn0 4-6, feedback 7, turn1 8-12 (cut: the sample has 11 tokens, 0-10)
-    rec = RolloutRecord(RolloutSpec("g"), (Turn("s0", "a", 0, False, 4, 7), Turn("s1", "b", 1, False, 8, 13)))
+    rec = record(RolloutSpec("g"), (T("s0", "a", 0, False, 4, 7), T("s1", "b", 1, False, 8, 13)))
     length = 11 - 1  # the sample's own action-mask length
     mask = torch.zeros(16)  # padded to the micro-batch's longest row
     mask[3:6] = 1  # turn0: obs 4-6 -> mask 3-5
@@ -335,3 +345,36 @@ def test_truncated_turn_inside_a_padded_micro_batch():
     torch.testing.assert_close(adv[3:6], torch.full((3,), 0.5))
     torch.testing.assert_close(adv[7:10], torch.full((3,), -2.0))
     assert float(adv[10:].abs().sum()) == 0.0
+
+
+def test_the_record_is_the_steps_on_the_wire_and_refuses_an_older_one():
+    """A record crosses Ray as plain dicts and comes back equal (steps without snapshots); success, return and
+    invalid flags are read from its steps (an oracle row: its policy episode's); a record of the older executor
+    (steps inside its turns) or one with a turn per step missing is refused with the fix."""
+    import json
+
+    from envkit.core import Step
+    from envkit.trainers.openrlhf.rollout_records import RolloutRecord, RolloutSpec, Turn
+
+    steps = (
+        Step("s0", "a", 0.0, "s1", False, False, {"invalid": True, "state_key": "k1"}, snapshot=object()),
+        Step("s1", "b", 1.0, "s2", True, False, {"success": True, "state_key": "k2"}),
+    )
+    rec = RolloutRecord(RolloutSpec("g", 1), "s0", {"state_key": "k0"}, steps, (Turn(4, 6), Turn(7, 9)))
+    back = RolloutRecord.from_dict(json.loads(json.dumps(rec.to_dict())))
+    assert back == rec and back.steps[0].snapshot is None  # the snapshot stays with the executor
+    assert (back.success, back.episode_return, back.invalid) == (True, 1.0, (True, False))
+    oracle = RolloutRecord(
+        RolloutSpec("g", 1), "s0", {}, (steps[0], Step("s1", "o", 1.0, "W", True, False, {"success": True}, None, True)),
+        (Turn(4, 6), Turn(7, 9, 0.5, True, -0.7)), oracle=True, policy_suffix=(Step("s1", "c", 0.0, "s3", False, True, {}),),
+    )  # fmt: skip
+    assert [s.action for s in oracle.policy_steps()] == ["a", "c"] and not oracle.success
+    assert oracle.episode_return == 0.0
+    old = {
+        **rec.to_dict(),
+        "turns": [{"state": "s0", "action": "a", "reward": 0.0, "invalid": False, "start": 4, "end": 6}],
+    }
+    with pytest.raises(ValueError, match="older executor"):
+        RolloutRecord.from_dict(old)
+    with pytest.raises(ValueError, match="one Turn"):
+        RolloutRecord(RolloutSpec("g"), "s0", {}, steps, (Turn(4, 6),))

@@ -17,8 +17,9 @@ from envkit.trainers.openrlhf.explorers.plain import PlainExplorer
 from envkit.trainers.openrlhf.explorers.registry import EXPLORERS as REGISTRY
 from envkit.trainers.openrlhf.explorers.registry import explorer_class, make_explorer
 from envkit.trainers.openrlhf.explorers.xrpo import XrpoExplorer
-from envkit.trainers.openrlhf.rollout_records import RolloutRecord, RolloutSpec, Turn
+from envkit.trainers.openrlhf.rollout_records import RolloutSpec
 from envkit.trainers.openrlhf.turn_advantages import SampleRow, compute_turn_advantages
+from tests.trainers.openrlhf.records import T, record
 
 OPENRLHF = Path(__file__).resolve().parents[3] / "trainers" / "openrlhf"
 CONFIGS = {
@@ -90,9 +91,9 @@ def test_no_openrlhf_module_compares_the_explorer_name():
 
 
 def _row(i: int, group: str, noisy: bool, success: bool, states: list[str]) -> SampleRow:
-    turns = tuple(Turn(s, "a", 0.0, False, 2 * k, 2 * k + 1, next_state=f"{s}'") for k, s in enumerate(states))
+    turns = tuple(T(s, "a", 0.0, False, 2 * k, 2 * k + 1, next_state=f"{s}'") for k, s in enumerate(states))
     spec = RolloutSpec(group=group, index=i % 4, noisy=noisy, anchor=5 if noisy else -1)
-    return SampleRow(i, float(success), RolloutRecord(spec=spec, turns=turns, success=success))
+    return SampleRow(i, float(success), record(spec, turns, success))
 
 
 def test_edens_turn_credit_on_openrlhf_is_the_shared_composition():

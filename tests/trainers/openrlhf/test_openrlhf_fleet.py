@@ -60,7 +60,7 @@ def _rows(out):
     recs = [RolloutRecord.from_dict(r["envkit"]) for r in out]
     return [
         (r["observation_tokens"], r["action_ranges"], r["scores"], rec.oracle,
-         [(t.state, t.action, t.reward, t.oracle, t.weight) for t in rec.turns])
+         [(s.observation, s.action, s.reward, t.oracle, t.weight) for s, t in zip(rec.steps, rec.turns, strict=True)])
         for r, rec in zip(out, recs, strict=True)
     ]  # fmt: skip
 

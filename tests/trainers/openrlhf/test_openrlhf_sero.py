@@ -67,21 +67,21 @@ def test_oracle_rows_replace_failed_rollouts(tokenizer, share, n_rows):
         # the record stays the failed policy episode's: its score, its turns (prefix here, the rest as suffix)
         assert not rec.success and row["scores"] == 0.0 and rec.spec == RolloutSpec("g0", i)
         assert row["extra_logs"]["envkit_success"] == 0.0 and row["extra_logs"]["envkit_oracle"] == 1.0
-        assert [tr.action for tr in rec.turns[:t]] == ["stay"] * t and all(tr.weight == 1.0 for tr in rec.turns[:t])
-        assert not any(tr.oracle for tr in rec.turns[:t]) and [tr.action for tr in rec.policy_suffix] == ["stay"] * (
+        assert [s.action for s in rec.steps[:t]] == ["stay"] * t and all(tr.weight == 1.0 for tr in rec.turns[:t])
+        assert not any(tr.oracle for tr in rec.turns[:t]) and [s.action for s in rec.policy_suffix] == ["stay"] * (
             4 - t
         )
-        plain = records[3].turns  # rollout 3 is never replaced: the same episode as every other one here
-        assert [(x.state, x.action, x.next_state) for x in rec.policy_turns()] == [
-            (x.state, x.action, x.next_state) for x in plain
+        plain = records[3].steps  # rollout 3 is never replaced: the same episode as every other one here
+        assert [(x.observation, x.action, x.next_observation) for x in rec.policy_steps()] == [
+            (x.observation, x.action, x.next_observation) for x in plain
         ]
-        ora = rec.turns[t:]
-        assert all(tr.oracle for tr in ora)
-        assert [tr.action for tr in ora] == ["right", "right"] and ora[-1].reward == 1.0
+        ora, ora_steps = rec.turns[t:], rec.steps[t:]
+        assert all(tr.oracle for tr in ora) and all(s.is_oracle for s in ora_steps)
+        assert [s.action for s in ora_steps] == ["right", "right"] and ora_steps[-1].reward == 1.0
         toks = row["observation_tokens"]
         assert toks[: ora[0].start] == actor.scored[oracle.index(i)][: ora[0].start]
-        for tr in ora:
-            assert tokenizer.decode(toks[tr.start : tr.end]) == tr.action + tokenizer.eos_token
+        for tr, st in zip(ora, ora_steps, strict=True):
+            assert tokenizer.decode(toks[tr.start : tr.end]) == st.action + tokenizer.eos_token
         lps = actor.scored and [-0.05 * (k % 7) for k in range(len(toks) - 1)]
         loglik = [float(np.mean(lps[tr.start - 1 : tr.end - 1])) for tr in ora]
         want = cfg.sero_opts.reach.weights(loglik)
@@ -92,7 +92,7 @@ def test_oracle_rows_replace_failed_rollouts(tokenizer, share, n_rows):
         assert len(row["rollout_log_probs"]) == len(toks)
     for i, r in enumerate(records):
         if i not in oracle:
-            assert not r.success and r.reason == "max_turns" and [tr.action for tr in r.turns] == ["stay"] * 4
+            assert not r.success and r.reason == "max_turns" and [s.action for s in r.steps] == ["stay"] * 4
 
 
 def test_sero_off_keeps_no_episodes(tokenizer):

@@ -85,7 +85,7 @@ def test_executor_discards_every_snapshot_and_the_swe_layer_store_stays_bounded(
             outs = asyncio.run(group(g))
             for out in outs:
                 rec = RolloutRecord.from_dict(out[RESPONSE_KEY])
-                assert [t.action for t in rec.turns] == [action] and not rec.turns[0].invalid
+                assert [s.action for s in rec.steps] == [action] and not rec.invalid[0]
             played += len(outs)
             assert ex.pending_episodes == 0
             counts.append(store.layer_count() - base)

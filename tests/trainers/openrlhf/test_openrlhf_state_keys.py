@@ -1,4 +1,5 @@
-"""The OpenRLHF backend's turn table groups by the recorded anchors under --adv.state-key (exact values)."""
+"""The OpenRLHF backend's turn table groups by the anchors read from the recorded steps under --adv.state-key
+(exact values)."""
 
 from __future__ import annotations
 
@@ -6,19 +7,25 @@ import numpy as np
 import pytest
 
 
-def _rows():
+def _rows(keys=True):
+    from envkit.core import Step
     from envkit.trainers.openrlhf.rollout_records import RolloutRecord, RolloutSpec, Turn
     from envkit.trainers.openrlhf.turn_advantages import SampleRow
 
-    def turn(state, key, nxt, nkey, j):
-        return Turn(state, "x", 0.0, False, 2 * j, 2 * j + 1, next_state=nxt, anchors={"env": key, "graphgpo-recipe": "r" + key},
-                    next_anchors={"env": nkey, "graphgpo-recipe": "r" + nkey})  # fmt: skip
+    def info(key):  # the env's exact key, and admissible actions that tell the states apart for the recipe anchor
+        return {"state_key": key, "admissible_actions": [key]} if keys else {}
+
+    def record(i, obs, state_keys, success):
+        steps = tuple(
+            Step(obs[j], "x", 0.0, obs[j + 1], success and j == 1, False,
+                 {**info(state_keys[j + 1]), "invalid": False, **({"success": True} if success and j == 1 else {})})
+            for j in range(2)
+        )  # fmt: skip
+        return RolloutRecord(RolloutSpec("g", i), obs[0], info(state_keys[0]), steps, (Turn(0, 1), Turn(2, 3)))
 
     # both episodes show "Nothing happens." at step 1, in two different states (B, C); only the first succeeds
-    win = RolloutRecord(RolloutSpec("g", 0), (turn("s", "A", "NH", "B", 0), turn("NH", "B", "goal", "G", 1)), True, 1.0)
-    lose = RolloutRecord(
-        RolloutSpec("g", 1), (turn("s", "A", "NH", "C", 0), turn("NH", "C", "end", "E", 1)), False, 0.0
-    )
+    win = record(0, ("s", "NH", "goal"), ("A", "B", "G"), True)
+    lose = record(1, ("s", "NH", "end"), ("A", "C", "E"), False)
     return [SampleRow(0, 1.0, win), SampleRow(1, 0.0, lose)]
 
 
@@ -43,27 +50,19 @@ def test_gigpo_turn_advantages_follow_the_state_key(key, want):
     # step rewards: the env's, 0 everywhere here; GiGPO's returns come from the turns' rewards
     from dataclasses import replace
 
-    rows[0] = replace(
-        rows[0],
-        record=replace(rows[0].record, turns=(rows[0].record.turns[0], replace(rows[0].record.turns[1], reward=10.0))),
-    )
+    steps = rows[0].record.steps
+    rows[0] = replace(rows[0], record=replace(rows[0].record, steps=(steps[0], replace(steps[1], reward=10.0))))
     out = compute_turn_advantages(rows, cfg)
     np.testing.assert_allclose(np.concatenate(out.per_turn), want)
     assert out.stats[f"state_key_{key or 'env'}"] == 1.0
 
 
 def test_asking_for_a_key_the_records_lack_says_how_to_fix():
-    from dataclasses import replace
-
     from envkit.credit.advantage_options import AdvantageOptions
     from envkit.trainers.openrlhf.config import BackendConfig
     from envkit.trainers.openrlhf.turn_advantages import compute_turn_advantages
 
-    rows = _rows()
-    bare = [
-        replace(r, record=replace(r.record, turns=tuple(replace(t, anchors=None) for t in r.record.turns)))
-        for r in rows
-    ]
+    bare = _rows(keys=False)  # the env gave no state key
     cfg = BackendConfig(
         env_id="envkit/Toy-v0", advantage="gigpo", n_samples_per_prompt=2, adv=AdvantageOptions(state_key="env")
     )

@@ -271,7 +271,7 @@ def test_multi_turn_episodes_record_the_engines_tokens(engine, tok, anchors, env
             else:  # the engine's own tokens for exactly this context
                 assert (tuple(context), tuple(action)) in served
             text = tok.decode(action, skip_special_tokens=True)
-            assert turn.action == text.split("\n")[0].strip()  # vLLM's text stops before the stop string
+            assert rec.steps[i].action == text.split("\n")[0].strip()  # vLLM's text stops before the stop string
         lps = r["rollout_log_probs"]
         assert len(lps) == len(tokens)
         span = [lps[j] for t in rec.turns for j in range(t.start, t.end)]

@@ -112,14 +112,17 @@ def test_variable_groups_and_sharpening_equal_trainer_core(strategy_factory):
     from envkit.trainers.explorers.xrpo import sharpen
     from envkit.trainers.openrlhf.config import BackendConfig
     from envkit.trainers.openrlhf.experience import EnvkitExperienceMaker
-    from envkit.trainers.openrlhf.rollout_records import INFO_KEY, RolloutRecord, RolloutSpec
+    from envkit.trainers.openrlhf.rollout_records import INFO_KEY, RolloutSpec
+    from tests.trainers.openrlhf.records import T, record
 
     groups = ["a"] * 5 + ["b"] * 2 + ["c"] * 5
     rewards = [1, 0, 1, 1, 0, 0, 1, 1, 0, 0, 0, 0]
     g = torch.Generator().manual_seed(5)
     rows = []
     for i, (grp, r) in enumerate(zip(groups, rewards)):
-        rec = RolloutRecord(RolloutSpec(grp, i), success=bool(r)).to_dict()
+        # a success is read from a step's info: one turn spanning the response (no turn for a failure)
+        turns = (T("s", "a", 1.0, False, 1, 10**6),) if r else ()
+        rec = record(RolloutSpec(grp, i), turns, bool(r)).to_dict()
         mask = torch.tensor([[0, 0, 1, 1, 1, 1]], dtype=torch.bool)
         rows.append(
             Experience(
