@@ -29,6 +29,7 @@ def sero_turn_advantages(
     batch = list(rows)
     table, owner = turn_table(batch, groups, cfg, policy_only=True)
     kind = turns_state_key(batch, cfg, policy_only=True)  # the oracle turns' nodes: anchors under the table's key
+    win = float(cfg.credit_options.terminal_reward or 0.0)  # a rescue succeeds; resolved per run (set)
     rescues: list[Rescue] = []
     where: list[tuple[int, list[int]]] = []
     for i, row in enumerate(batch):
@@ -39,14 +40,11 @@ def sero_turn_advantages(
         states = tuple(str(turn_anchor(kind, t.state, t.anchors)) for t in ora)
         after = [turn_anchor(kind, t.next_state, t.next_anchors) for t in ora]  # unknown: the next turn's state
         nexts = tuple(str(a) if a is not None else (*states[1:], "")[j] for j, a in enumerate(after))
-        ret = row.record.extra.get("rescue_return", 0.0)
-        if cfg.adv.terminal_reward is not None:
-            ret = float(cfg.adv.terminal_reward)
         rescues.append(
             Rescue(
                 groups[i], i, int(row.record.extra["root_t"]), states, tuple(t.action for t in ora), nexts,
                 tuple(t.invalid for t in ora),
-                tuple(float(t.loglik if t.loglik is not None else 0.0) for t in ora), float(ret),
+                tuple(float(t.loglik if t.loglik is not None else 0.0) for t in ora), win,
             )
         )  # fmt: skip
         where.append((i, js))
