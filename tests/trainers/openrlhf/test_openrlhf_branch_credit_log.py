@@ -1,6 +1,7 @@
 """``--credit-log`` on a branching run (``--explorer branch``): the experience maker logs a group of backbones and
 forks with the advantages the loss got, and scripts/openrlhf_credit_check.py recomputes it with the local trainer's
-branch credit (`envkit.trainers.local.explorers.branch.branch_credit`), value by value (issue 34).
+branch credit (`envkit.trainers.explorers.branch.branch_credit`, both backends' function, over the local driver's
+`branch_nodes`), value by value (issue 34).
 
 Here the real `EnvkitExperienceMaker` (real OpenRLHF ``Experience`` objects, KL in the reward) credits a batch of two
 branch groups laid out as the rollout actor makes them (a fork's tokens: its backbone's up to the fork turn, then its
