@@ -205,7 +205,8 @@ def test_executor_to_experience_pipeline_gigpo(tokenizer, strategy_factory):
         step=[j for r in records for j in range(len(r.turns))],
         # the Toy env offers an exact key, so the default (--adv.state-key unset) groups by it, not by the text
         state=[t.anchors["env"] for r in records for t in r.turns],
-        reward=[t.reward for r in records for t in r.turns],
+        # --adv.terminal-reward unset: 10 x success on the last turn, as the local trainer credits (not the env's rewards)
+        reward=[10.0 * (r.success and j == len(r.turns) - 1) for r in records for j in range(len(r.turns))],
         invalid=[t.invalid for r in records for t in r.turns],
         next_state=[t.next_anchors["env"] for r in records for t in r.turns],
         success=[r.success for r in records for _ in r.turns],
