@@ -24,6 +24,7 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -166,12 +167,26 @@ def _tree_memory(pid: int) -> tuple[int, int]:
     return rss, pss
 
 
+#: The launched run in progress (its own session): killed with this script on SIGTERM / SIGINT (`main`).
+_RUNNING: list[subprocess.Popen[bytes]] = []
+
+
+def _stop_running(signum: int, _frame: Any) -> None:
+    for proc in _RUNNING:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    raise SystemExit(128 + signum)
+
+
 def launch(cmd: list[str], log: Path, env: dict[str, str], timeout: float) -> dict[str, Any]:
     """Run ``cmd`` with output to ``log``; returns rc, wall seconds, peak tree RSS and PSS (GiB)."""
     peak = [0, 0]
     t = time.perf_counter()
     with open(log, "w") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True)
+        _RUNNING.append(proc)
         done = threading.Event()
 
         def sample() -> None:
@@ -186,6 +201,7 @@ def launch(cmd: list[str], log: Path, env: dict[str, str], timeout: float) -> di
             os.killpg(proc.pid, 9)
             rc = -9
         done.set()
+        _RUNNING.remove(proc)
     gib = 2**30
     return {
         "rc": rc, "wall_s": round(time.perf_counter() - t, 1), "peak_rss_sum_gib": round(peak[0] / gib, 2),
@@ -217,6 +233,7 @@ def run_arm(arm: str, out: Path, device: str, timeout: float, iterations: int = 
     spec = ARMS[arm]
     work = out / arm
     work.mkdir(parents=True, exist_ok=True)
+    (work / "summary.json").unlink(missing_ok=True)  # a reader polls for this run's
     model = tiny_llama(out / "tiny_llama")
     n = int(spec["n"])
     data = write_tasks(work / "tasks.jsonl", spec["prompt"], 64)
@@ -248,7 +265,9 @@ def run_arm(arm: str, out: Path, device: str, timeout: float, iterations: int = 
         second = launch([*base, *flags2], work / "resume.log", env, timeout)
         text2 = (work / "resume.log").read_text(errors="replace")
         summary["resume"] = {**second, "steps": parse_steps(text2), "syncs": read_syncs(ckpt)[n_syncs:]}
-    (work / "summary.json").write_text(json.dumps(summary, indent=1))
+    part = work / "summary.json.part"  # written whole, then renamed: a reader polling for it never sees half
+    part.write_text(json.dumps(summary, indent=1))
+    part.replace(work / "summary.json")
     return summary
 
 
@@ -343,6 +362,55 @@ def problems(summary: dict[str, Any], iterations: int = 2) -> list[str]:
     return out
 
 
+class Background:
+    """The given arms run one after another by ONE background process of this script (its own session), so that they
+    overlap other work (the test suite: on 2 cores it keeps about one busy); `summary` waits for one arm's.
+
+    Used by tests/trainers/openrlhf/conftest.py, which starts it as soon as pytest has collected the selected arms.
+    """
+
+    def __init__(self, arms: list[str], out: Path, ray_root: Path, timeout: float = 1500.0) -> None:
+        self.arms, self.out, self.log = list(arms), out, out / "background.log"
+        out.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, str(Path(__file__).resolve()), "--out", str(out), "--timeout", str(timeout)]
+        for arm in self.arms:
+            cmd += ["--arm", arm]
+        env = {**os.environ, "ENVKIT_RAY_TMPDIR_ROOT": str(ray_root)}
+        with open(self.log, "w") as log:
+            self.proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=REPO, start_new_session=True
+            )
+
+    def summary(self, arm: str, timeout: float) -> dict[str, Any]:
+        """The arm's summary once written; raises RuntimeError if the process ended without it or ``timeout``
+        seconds passed."""
+        if arm not in self.arms:
+            raise ValueError(f"arm {arm!r} is not one of the background arms {self.arms}")
+        path = self.out / arm / "summary.json"
+        deadline = time.monotonic() + timeout
+        while not path.exists():
+            rc = self.proc.poll()
+            if rc is not None and not path.exists():
+                raise RuntimeError(
+                    f"the background end-to-end run ended (rc {rc}) without {arm}'s summary: see {self.log} and "
+                    f"{self.out / arm}/run.log"
+                )
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"no summary of {arm} after {timeout:.0f} s: see {self.log}")
+            time.sleep(1.0)
+        return json.loads(path.read_text())
+
+    def stop(self) -> None:
+        """Stop the process (and the run it launched) if it still runs."""
+        if self.proc.poll() is None:
+            self.proc.terminate()  # its handler kills the launched run's session
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--arm", action="append", choices=sorted(ARMS), help="arm(s) to run (default: grpo_math)")
@@ -351,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=1500.0, help="seconds per launched run")
     ap.add_argument("--check", type=Path, help="only check the summaries (JSON lines) in this file")
     args = ap.parse_args(argv)
+    for sig in (signal.SIGTERM, signal.SIGINT):  # the launched run lives in its own session: stop it with us
+        signal.signal(sig, _stop_running)
     if args.check:
         summaries = [json.loads(line) for line in args.check.read_text().splitlines() if line.startswith("{")]
     else:

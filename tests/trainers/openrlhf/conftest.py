@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import importlib.metadata
 import importlib.util
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -250,3 +251,67 @@ def strategy_factory() -> Any:
 def resolve_flags() -> Any:
     """``resolve(flags)``: OpenRLHF's resolved args for the user's flags (envkit's forced flags added)."""
     return resolve
+
+
+# ----- the end-to-end arms (test_openrlhf_e2e.py), started in the background when collection ends -----------------
+#: Set to 0 to run each end-to-end arm inside its own test instead (one after another with the rest of the suite).
+E2E_BACKGROUND_ENV = "ENVKIT_E2E_BACKGROUND"
+_E2E_MODULE = "test_openrlhf_e2e.py"
+_e2e_background: Any = None
+
+
+def _e2e_script() -> Any:
+    """scripts/openrlhf_e2e.py as a module (a script, not a package module)."""
+    path = Path(__file__).resolve().parents[3] / "scripts" / "openrlhf_e2e.py"
+    spec = importlib.util.spec_from_file_location("openrlhf_e2e", path)
+    assert spec and spec.loader
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the selected end-to-end arms (each test's ``arm`` parameter) in ONE background process now, so that their
+    ~10 minutes of launches overlap the rest of the suite, which on 2 cores keeps about one core busy; each test
+    then waits for its arm's summary (`scripts/openrlhf_e2e.Background`). Not with ``--collect-only``, without the
+    real vLLM (the tests skip), or with ``ENVKIT_E2E_BACKGROUND=0``."""
+    global _e2e_background
+    arms = list(
+        dict.fromkeys(
+            item.callspec.params["arm"]
+            for item in session.items
+            if item.path.name == _E2E_MODULE and hasattr(item, "callspec") and "arm" in item.callspec.params
+        )
+    )
+    if (
+        not arms
+        or session.config.option.collectonly
+        or MISSING is not None
+        or not REAL_VLLM
+        or os.environ.get(E2E_BACKGROUND_ENV, "1") == "0"
+    ):
+        return
+    import tempfile
+
+    root = Path(tempfile.mkdtemp(prefix="envkit-e2e-"))
+    # Ray's socket paths must stay under 108 bytes: its temp dirs go to a short folder
+    ray_root = Path(tempfile.mkdtemp(prefix="ekray", dir="/tmp"))
+    _e2e_background = _e2e_script().Background(arms, root / "out", ray_root)
+    _e2e_background.ray_root = ray_root
+    print(f"\n[openrlhf e2e] arms {arms} started in the background (pid {_e2e_background.proc.pid}; {root})")
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _e2e_background is not None:
+        _e2e_background.stop()
+        import shutil
+
+        shutil.rmtree(_e2e_background.ray_root, ignore_errors=True)
+        if exitstatus == 0:  # kept after a failure: the runs' logs are what tells why
+            shutil.rmtree(_e2e_background.out.parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def e2e_background() -> Any:
+    """The background end-to-end run (`scripts/openrlhf_e2e.Background`), or None when the arms run inline."""
+    return _e2e_background

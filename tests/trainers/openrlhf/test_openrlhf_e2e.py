@@ -15,8 +15,10 @@ outputs (OpenRLHF's step lines, envkit's ``envkit_weight_sync.jsonl``, the check
 - a checkpoint per step; a resumed run restores exactly the saved weights (same digest of all checksums)
   and trains one more step from it.
 
-Markers: ``openrlhf_e2e``, ``vllm``, ``slow``; the three method arms also ``openrlhf_e2e_full`` (CI runs them in a
-second pytest call over this folder, `.ci/run`). Costs: docs/openrlhf.md, "CPU mode".
+Markers: ``openrlhf_e2e``, ``vllm``, ``slow``; the three method arms also ``openrlhf_e2e_full`` (to select them
+alone). The selected arms run in one background process started when collection ends (this folder's
+conftest, ``ENVKIT_E2E_BACKGROUND=0`` to run them here instead); each test checks its arm's summary. Costs:
+docs/openrlhf.md, "CPU mode".
 """
 
 from __future__ import annotations
@@ -44,8 +46,22 @@ def _script() -> Any:
     return mod
 
 
+class Arms:
+    """Each arm's summary: from the background run started when collection ended (conftest's `e2e_background`),
+    else run here."""
+
+    def __init__(self, script: Any, out: Path, background: Any) -> None:
+        self.script, self.background = script, background
+        self.out = background.out if background is not None else out
+
+    def summary(self, arm: str) -> dict[str, Any]:
+        if self.background is not None and arm in self.background.arms:
+            return self.background.summary(arm, timeout=1700)
+        return self.script.run_arm(arm, self.out, "cpu", timeout=1500)
+
+
 @pytest.fixture(scope="module")
-def e2e(tmp_path_factory: pytest.TempPathFactory, openrlhf_imports: Any) -> Iterator[Any]:
+def e2e(tmp_path_factory: pytest.TempPathFactory, openrlhf_imports: Any, e2e_background: Any) -> Iterator[Arms]:
     if not openrlhf_imports.real_vllm:
         pytest.skip("real vLLM not installed (.ci/install.d/35-vllm.sh)")
     out = tmp_path_factory.mktemp("openrlhf_e2e")
@@ -53,7 +69,7 @@ def e2e(tmp_path_factory: pytest.TempPathFactory, openrlhf_imports: Any) -> Iter
     ray_root = tempfile.mkdtemp(prefix="ekray", dir="/tmp")
     old = os.environ.get("ENVKIT_RAY_TMPDIR_ROOT")
     os.environ["ENVKIT_RAY_TMPDIR_ROOT"] = ray_root
-    yield _script(), out
+    yield Arms(_script(), out, e2e_background)
     if old is None:
         os.environ.pop("ENVKIT_RAY_TMPDIR_ROOT", None)
     else:
@@ -72,14 +88,14 @@ def _report(summary: dict[str, Any]) -> None:
             )
 
 
-def test_grpo_math_two_iterations_weight_sync_checkpoint_and_resume(e2e: Any) -> None:
-    script, out = e2e
-    summary = script.run_arm("grpo_math", out, "cpu", timeout=1500)
+@pytest.mark.parametrize("arm", ["grpo_math"])
+def test_grpo_math_two_iterations_weight_sync_checkpoint_and_resume(e2e: Arms, arm: str) -> None:
+    summary, out = e2e.summary(arm), e2e.out
     _report(summary)
     run = summary["run"]
     assert run["rc"] == 0, f"run failed (rc {run['rc']}); see {out}/grpo_math/run.log"
     assert run["cpu_shim_lines"] >= 2, "the CPU shim did not announce itself"
-    assert script.problems(summary) == []
+    assert e2e.script.problems(summary) == []
     syncs = [e for e in run["syncs"] if e["event"] == "sync"]
     assert all(e["engine_equal"] and e["changed_since_last"] > 0 for e in syncs)  # (also in problems())
     assert (out / "grpo_math" / "ckpt" / "ds" / "_actor" / "global_step2").is_dir()
@@ -91,16 +107,15 @@ def test_grpo_math_two_iterations_weight_sync_checkpoint_and_resume(e2e: Any) ->
 
 @pytest.mark.openrlhf_e2e_full
 @pytest.mark.parametrize("arm", ["gigpo_sero_toy", "eden_math", "branch_toy"])
-def test_method_arm_two_iterations(e2e: Any, arm: str) -> None:
+def test_method_arm_two_iterations(e2e: Arms, arm: str) -> None:
     """GraphGPO + SERO on Toy-v0 (oracle rows in the loss), EDEN's prompt-embeds rows, branching: 2 iterations each
     with the weight check; the arm's own rows reached the update (`scripts/openrlhf_e2e.ARM_KEYS`). The SERO arm
     and the branching arm log one group per step (``--credit-log``) and its oracle rows', forks' and policy turns'
     credit, as the loss got it, equals the local trainer's value by value (`scripts/openrlhf_e2e.CREDIT_ARMS`, scripts/openrlhf_credit_check.py)."""
-    script, out = e2e
-    summary = script.run_arm(arm, out, "cpu", timeout=1500)
+    summary = e2e.summary(arm)
     _report(summary)
-    assert script.problems(summary) == []
-    if arm in script.CREDIT_ARMS:
+    assert e2e.script.problems(summary) == []
+    if arm in e2e.script.CREDIT_ARMS:
         credit = summary["run"]["credit"]
         print(f"\n[openrlhf e2e] {arm} credit check: {credit}")
         assert credit["entries"] >= 2 and credit["problems"] == []
