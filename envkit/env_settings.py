@@ -9,6 +9,10 @@ set (None: unset) and fills the rest from the env's registry entry (`envkit.regi
   of its own, only the env's step limit, the oracle pipeline's env horizon).
 - ``root_budget``: the steps of budget a SERO root needs left (unset: ``EnvEntry.min_root_budget``).
 - ``gamma_g``: GraphGPO's distance discount (unset: ``EnvEntry.gamma_g``; METHODS 3: 0.10 ALFWorld, 0.20 WebShop).
+- ``terminal_reward``: a successful episode's return; every episode's return is ``terminal_reward * success`` in
+  both trainers' credit (unset: ``TERMINAL_REWARD``, GiGPO's 10). One rule for both backends: OpenRLHF's scalar
+  reward (its length penalties and clipping included) is not the turn credit's return, and the local trainer
+  has no other; an env's shaped rewards are not credited by either.
 
 and runs the cross-field checks, each error naming the front-end's own option to set (`OptionNames`):
 SERO credits through GraphGPO (`check_sero_estimator`), and with SERO on the turn cap must leave a root its budget.
@@ -22,9 +26,11 @@ Example:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
+from envkit.credit.defaults import TERMINAL_REWARD
 from envkit.registration import env_facts
 
 __all__ = [
@@ -50,6 +56,8 @@ class OptionNames:
     """A SERO root's minimum budget option."""
     gamma_g: str
     """GraphGPO's discount option."""
+    terminal_reward: str
+    """A successful episode's return option."""
     graphgpo: str
     """How a user asks for GraphGPO credit (SERO needs it)."""
     sero_off: str
@@ -58,15 +66,15 @@ class OptionNames:
 
 LOCAL_NAMES = OptionNames(
     horizon="agent.max_turns", unset_horizon="leave agent.max_turns unset", root_budget="agent.sero_opts.min_budget",
-    gamma_g="agent.adv.gamma_g", graphgpo="agent.estimator='graphgpo'", sero_off="agent.sero=False",
+    gamma_g="agent.adv.gamma_g", terminal_reward="agent.adv.terminal_reward", graphgpo="agent.estimator='graphgpo'", sero_off="agent.sero=False",
 )  # fmt: skip
 OPENRLHF_NAMES = OptionNames(
     horizon="--max-turns", unset_horizon="pass --max-turns 0", root_budget="--sero-opts.min-budget",
-    gamma_g="--adv.gamma-g", graphgpo="--advantage graphgpo", sero_off="drop --sero",
+    gamma_g="--adv.gamma-g", terminal_reward="--adv.terminal-reward", graphgpo="--advantage graphgpo", sero_off="drop --sero",
 )  # fmt: skip
 ORACLE_NAMES = OptionNames(
     horizon="--max-steps", unset_horizon="leave --max-steps unset", root_budget="--sero.min-budget",
-    gamma_g="--gamma-g", graphgpo="(GraphGPO is the pipeline's only credit)", sero_off="--sero.roots-per-group 0",
+    gamma_g="--gamma-g", terminal_reward="(no option: TERMINAL_REWARD)", graphgpo="(GraphGPO is the pipeline's only credit)", sero_off="--sero.roots-per-group 0",
 )  # fmt: skip
 
 
@@ -83,6 +91,8 @@ class EnvSettings:
     """Steps of budget a SERO root needs left."""
     gamma_g: float
     """GraphGPO's distance discount."""
+    terminal_reward: float = TERMINAL_REWARD
+    """A successful episode's return (``terminal_reward * success``, both trainers' credit)."""
 
 
 def check_sero_estimator(sero: bool, estimator: str, names: OptionNames) -> None:
@@ -105,6 +115,7 @@ def resolve_env_settings(
     horizon: int | None = None,
     root_budget: int | None = None,
     gamma_g: float | None = None,
+    terminal_reward: float | None = None,
     sero: bool = False,
     estimator: str = "graphgpo",
     unset_horizon: int | Literal["env"] | None = "env",
@@ -117,6 +128,7 @@ def resolve_env_settings(
         horizon: The turn cap the user set (None: unset).
         root_budget: A SERO root's minimum budget the user set (None: the env's).
         gamma_g: GraphGPO's discount the user set (None: the env's).
+        terminal_reward: A successful episode's return the user set (None: ``TERMINAL_REWARD``).
         sero: SERO is on.
         estimator: The run's advantage estimator (SERO needs ``graphgpo``).
         unset_horizon: What an unset turn cap becomes with SERO off: ``"env"`` (the env's horizon), a number,
@@ -125,6 +137,9 @@ def resolve_env_settings(
     Raises:
         ValueError: SERO without GraphGPO; a turn cap below the root budget with SERO on; a value out of range.
     """
+    win = float(terminal_reward) if terminal_reward is not None else TERMINAL_REWARD
+    if not math.isfinite(win):
+        raise ValueError(f"{names.terminal_reward} {win}: must be finite (or unset: {TERMINAL_REWARD})")
     check_sero_estimator(sero, estimator, names)
     facts = env_facts(env_id or "")
     if horizon is None:
@@ -146,4 +161,4 @@ def resolve_env_settings(
             f"root: no state could be rescued. Set {names.horizon} to at least {budget} (the env's horizon is "
             f"{facts.horizon}: {names.unset_horizon} to use it) or lower {names.root_budget}"
         )
-    return EnvSettings(env_id=env_id, horizon=horizon, root_budget=budget, gamma_g=discount)
+    return EnvSettings(env_id=env_id, horizon=horizon, root_budget=budget, gamma_g=discount, terminal_reward=win)

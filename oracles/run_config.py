@@ -148,7 +148,10 @@ class RunConfig:
         )  # fmt: skip
         sero = dataclasses.replace(self.sero, min_budget=settings.root_budget)
         resolved = sero.resolve(
-            horizon=int(settings.horizon or 1), gamma_g=settings.gamma_g, oracle_kwargs=self.oracle_kwargs
+            horizon=int(settings.horizon or 1),
+            gamma_g=settings.gamma_g,
+            terminal_reward=settings.terminal_reward,
+            oracle_kwargs=self.oracle_kwargs,
         )
         object.__setattr__(self, "_resolved", (settings, resolved))
 

@@ -7,8 +7,9 @@ script rebuilds the group as the local trainer's `Episode`s (each record's polic
 executor's recorded steps, fed to `Episode.from_steps`) and SERO continuations (each oracle row's ``Turn.oracle``
 steps, their l_j), credits it with the local trainer's own
 functions (`envkit.trainers.local.sero.episode_credit` for GraphGPO + SERO, `episode_steps.step_table` +
-`turn_credit` for plain GiGPO / GraphGPO, then `envkit.trainers.local.explorers.branch.branch_credit` for a
-branching run's group: its backbones and forks, the tree from each record's ``extra["branch"]``), and checks:
+`turn_credit` for plain GiGPO / GraphGPO, then `envkit.trainers.explorers.branch.branch_credit` over the local
+driver's `branch_nodes` for a branching run's group: its backbones and forks, the tree from each record's
+``extra["branch"]``), and checks:
 
 1. every turn's advantage and loss weight equals the local trainer's, bit for bit (policy turns: the episode's
    turn credit; oracle turns: the rescue's credit and reachability weight);
@@ -17,9 +18,10 @@ branching run's group: its backbones and forks, the tree from each record's ``ex
 3. a fork's prefix turns (its backbone's, before the fork turn) sent no token to the loss (trained once, on the
    backbone's row).
 
-Checkable: ``--explorer none`` or ``branch`` with ``--advantage gigpo|graphgpo`` (``--sero`` or not), ``--adv.terminal-reward`` set
-(the local trainer rewards success only) and no ``--reward.clip_range``; any state key (both trainers read the
-anchors from the same recorded steps).
+Checkable: ``--explorer none`` or ``branch`` with ``--advantage gigpo|graphgpo`` (``--sero`` or not) and no
+``--reward.clip_range``; any state key (both trainers read the anchors from the same recorded steps). Both trainers
+credit ``terminal_reward * success`` (``--adv.terminal-reward``, unset: 10, resolved per run by
+`envkit.env_settings.resolve_env_settings`).
 
     python scripts/openrlhf_credit_check.py RUN/ckpt/envkit_credit.jsonl     # JSON summary; exit 1 on a mismatch
 """
@@ -39,8 +41,9 @@ from envkit.core import Root
 from envkit.credit.sero import SeroOptions, widen_options
 from envkit.credit.turn_credit import turn_credit
 from envkit.oracles.continuation import ContinuationOutcome
+from envkit.trainers.explorers.branch import branch_credit
 from envkit.trainers.local.episode_steps import step_table
-from envkit.trainers.local.explorers.branch import branch_credit
+from envkit.trainers.local.explorers.branch import branch_nodes
 from envkit.trainers.local.multi_turn import AgentConfig, Episode
 from envkit.trainers.local.sero import episode_credit
 from envkit.trainers.openrlhf.config import BackendConfig
@@ -106,8 +109,9 @@ def local_credit(entry: dict[str, Any]) -> list[tuple[list[float], list[float]]]
 def _agent_config(cfg: BackendConfig, episodes: list[Episode]) -> AgentConfig:
     shared = SeroOptions(**{f.name: getattr(cfg.sero_opts, f.name) for f in fields(SeroOptions)})
     sero = widen_options(shared, TrainerSeroOptions, "credit check")  # the SERO options both backends share
-    # adv with gamma_g resolved (unset: the env's), as the local trainer's `AgentConfig.for_env` does (the shared
-    # `resolve_env_settings`); the raw cfg.adv would credit with GraphGPO's fallback 0.1 instead
+    # adv with gamma_g (unset: the env's) and terminal_reward (unset: 10) resolved, as the local trainer's
+    # `AgentConfig.for_env` does (the shared `resolve_env_settings`); the raw cfg.adv would credit with GraphGPO's
+    # fallback 0.1 instead
     return AgentConfig(estimator=cfg.advantage, sero=cfg.sero, max_turns=max(len(e.actions) for e in episodes),
                        adv=cfg.credit_options, sero_opts=sero)  # fmt: skip
 
@@ -115,7 +119,7 @@ def _agent_config(cfg: BackendConfig, episodes: list[Episode]) -> AgentConfig:
 def _branch_credit(cfg: BackendConfig, records: list[RolloutRecord]) -> list[tuple[list[float], list[float]]]:
     """A branch group (backbones and forks, each fork's record holding its backbone's prefix turns) credited as
     the local trainer does: the estimator over every row as a full episode, then `branch_credit` (the tree from
-    each record's ``extra["branch"]``: parent spec index, fork turn)."""
+    each record's ``extra["branch"]``: parent spec index, fork turn, read by the local driver's `branch_nodes`)."""
     episodes, links = [], {}
     for i, rec in enumerate(records):
         node = rec.extra.get("branch")
@@ -129,7 +133,7 @@ def _branch_credit(cfg: BackendConfig, records: list[RolloutRecord]) -> list[tup
     for e in episodes:
         per_episode.append(np.asarray(flat[r : r + len(e.actions)]))
         r += len(e.actions)
-    credit, _ = branch_credit(episodes, links, per_episode, cfg.branch_config(), acfg.adv)
+    credit, _ = branch_credit(branch_nodes(episodes, links), per_episode, cfg.branch_config(), acfg.adv)
     return [([float(x) for x in a], [1.0] * len(a)) for a in credit]
 
 

@@ -89,7 +89,9 @@ ARMS: dict[str, dict[str, Any]] = {
         "n": 4,
     },
     "branch_toy": {
-        "ours": [  # --credit-log: one group of backbones and forks per step, checked like the SERO arm's
+        # --credit-log: one group of backbones and forks per step, checked like the SERO arm's; --adv.terminal-reward
+        # unset (the SERO arm sets it): both trainers credit 10 x success, resolved per run
+        "ours": [
             "--explorer",
             "branch",
             "--advantage",
@@ -99,8 +101,6 @@ ARMS: dict[str, dict[str, Any]] = {
             "--max-turns",
             "4",
             "--credit-log",
-            "--adv.terminal-reward",
-            "10",
         ],
         "prompt": "Move to the goal. {obs}\nAction:",
         "n": 4,

@@ -1,10 +1,12 @@
 """One per-env resolver (`envkit.env_settings`) for envkit-train local, envkit-train openrlhf and envkit-oracle:
-the same env gets the same horizon, root budget and gamma_g in all three, and each cross-field error says what to set."""
+the same env gets the same horizon, root budget, gamma_g and terminal reward in all three, and each cross-field error
+says what to set."""
 
 from __future__ import annotations
 
 import pytest
 
+from envkit.credit.defaults import TERMINAL_REWARD
 from envkit.env_settings import LOCAL_NAMES, OPENRLHF_NAMES, ORACLE_NAMES, EnvSettings, resolve_env_settings
 from envkit.registration import ENVS
 
@@ -12,7 +14,7 @@ pytest.importorskip("tyro")
 
 
 def _three(env_id: str, sero: bool) -> tuple[tuple, tuple, tuple]:
-    """(horizon, root budget, gamma_g) as the local trainer, the OpenRLHF backend and the oracle pipeline resolve
+    """(horizon, root budget, gamma_g, terminal reward) as the local trainer, the OpenRLHF backend and the oracle pipeline resolve
     them for `env_id` with every per-env option unset."""
     from envkit.oracles.run_config import OracleSeroOptions, RunConfig
     from envkit.trainers.local.options import AgentConfig
@@ -22,9 +24,19 @@ def _three(env_id: str, sero: bool) -> tuple[tuple, tuple, tuple]:
     backend = BackendConfig(env_id=env_id, sero=sero, advantage="graphgpo")
     oracle = RunConfig(env_id=env_id, sero=OracleSeroOptions(roots_per_group=2 if sero else 0))
     return (
-        (local.max_turns, local.sero_opts.min_budget, local.adv.gamma_g),
-        (backend.turn_cap, backend.sero_config.root_budget, backend.credit_options.gamma_g),
-        (oracle.horizon, oracle.sero_config.root_budget, oracle.sero_config.gamma_g),
+        (local.max_turns, local.sero_opts.min_budget, local.adv.gamma_g, local.adv.terminal_reward),
+        (
+            backend.turn_cap,
+            backend.sero_config.root_budget,
+            backend.credit_options.gamma_g,
+            backend.credit_options.terminal_reward,
+        ),
+        (
+            oracle.horizon,
+            oracle.sero_config.root_budget,
+            oracle.sero_config.gamma_g,
+            oracle.sero_config.terminal_reward,
+        ),
     )
 
 
@@ -32,11 +44,11 @@ def _three(env_id: str, sero: bool) -> tuple[tuple, tuple, tuple]:
 def test_every_registered_env_resolves_to_the_same_values_in_both_trainers_and_the_oracle_pipeline(env_id):
     e = ENVS[env_id]
     local, backend, oracle = _three(env_id, sero=True)
-    assert local == backend == oracle == (e.horizon, e.min_root_budget, e.gamma_g)
+    assert local == backend == oracle == (e.horizon, e.min_root_budget, e.gamma_g, TERMINAL_REWARD)
     # without SERO gamma_g and the root budget stay the env's; the turn cap is each trainer's own (local 8,
     # OpenRLHF none: the env's step limit; the oracle pipeline's episodes run to the env's horizon)
     local, backend, oracle = _three(env_id, sero=False)
-    assert local[1:] == backend[1:] == oracle[1:] == (e.min_root_budget, e.gamma_g)
+    assert local[1:] == backend[1:] == oracle[1:] == (e.min_root_budget, e.gamma_g, TERMINAL_REWARD)
     assert (local[0], backend[0], oracle[0]) == (8, None, e.horizon)
 
 
@@ -52,6 +64,20 @@ def test_webshop_gamma_g_is_0_20_on_openrlhf_too_and_what_a_user_sets_stays():
     assert resolve_env_settings(
         "envkit/WebShop-v0", names=LOCAL_NAMES, horizon=9, root_budget=3, gamma_g=0.5, sero=True
     ) == EnvSettings("envkit/WebShop-v0", 9, 3, 0.5)
+
+
+def test_the_terminal_reward_is_one_rule_in_both_trainers():
+    """Unset, both trainers credit 10 x success (before, OpenRLHF fell back to its scalar reward); set, it stays."""
+    from envkit.trainers.local.options import AgentConfig
+    from envkit.trainers.openrlhf.config import AdvantageOptions, BackendConfig
+
+    unset = BackendConfig(env_id="envkit/Toy-v0", advantage="gigpo")
+    assert unset.adv.terminal_reward is None and unset.credit_options.terminal_reward == TERMINAL_REWARD == 10.0
+    assert AgentConfig().for_env("envkit/Toy-v0").adv.terminal_reward == TERMINAL_REWARD
+    mine = BackendConfig(env_id="envkit/Toy-v0", adv=AdvantageOptions(terminal_reward=1.0))
+    assert mine.credit_options.terminal_reward == mine.settings.terminal_reward == 1.0
+    with pytest.raises(ValueError, match=r"--adv.terminal-reward nan: must be finite \(or unset: 10.0\)"):
+        BackendConfig(adv=AdvantageOptions(terminal_reward=float("nan")))
 
 
 def test_the_resolved_settings_are_kept_not_derived_again_on_read():

@@ -1,4 +1,5 @@
-"""Branching rollouts' planning (`envkit.trainers.explorers.branch`): the budget and the branch-point choice."""
+"""Branching rollouts' planning and credit (`envkit.trainers.explorers.branch`): the budget, the branch-point choice
+and the credit both backends call."""
 
 from __future__ import annotations
 
@@ -60,3 +61,27 @@ def test_the_backbone_reservation_costs_the_backbones_own_remaining_turns():
     assert admit(ent, unspent=6, branches=2, max_turns=8, limit=4) == []
     # backbone: (0, 0) costs 2 * 2 = 4, then (1, 0) 2 * 3 = 6 no longer fits; (1, 2) costs 2 * 1 = 2
     assert admit(ent, unspent=6, branches=2, max_turns=8, limit=4, lengths=[2, 3]) == [(0, 0), (1, 2)]
+
+
+def test_branch_credit_exact_values_any_order_and_rows_outside_a_tree():
+    """Backbone 0 (3 turns, success), its two forks at turn 1 (failures): LOO at the branch point +1 / -0.5 / -0.5
+    (norm "mean", returns terminal_reward x success), weighted 2 and added to half the estimator's values; a row
+    with no node keeps its values; the order of the rows does not matter."""
+    import numpy as np
+
+    from envkit.credit.advantage_options import AdvantageOptions
+    from envkit.trainers.explorers.branch import BranchNode, branch_credit
+
+    cfg = BranchConfig(points=1, branches=2, loo_weight=2.0, estimator_weight=0.5)
+    adv = AdvantageOptions(norm="mean", terminal_reward=1.0)
+    nodes = [BranchNode("g", 2, 0, 1, False), None, BranchNode("g", 0, -1, 0, True), BranchNode("g", 1, 0, 1, False)]
+    est = [np.full(4, 2.0), np.array([7.0]), np.zeros(3), np.full(2, 2.0)]
+    out, stats = branch_credit(nodes, est, cfg, adv)
+    assert [a.tolist() for a in out] == [[1.0, 0.0, 0.0, 0.0], [7.0], [0.0, 2.0, 2.0], [1.0, 0.0]]
+    assert est[0].tolist() == [2.0] * 4  # the caller's arrays stay
+    assert stats == {"branch_decisions": 1, "branch_loo_mass": 4.0, "branch_loo_abs_mean": 4.0 / 7,
+                     "branch_loo_nonzero_share": 6 / 7}  # fmt: skip
+    with pytest.raises(ValueError, match="forks from 5, which is not in its group"):
+        branch_credit([BranchNode("g", 1, 5, 1, False)], [np.zeros(2)], cfg, adv)
+    with pytest.raises(ValueError, match="terminal_reward is None"):
+        branch_credit(nodes, est, cfg, AdvantageOptions())

@@ -7,10 +7,14 @@ terminal node and the others to the recorded observation; the local table put ``
 success's last step and the others the env's reward. The group below makes both show: episode 1 fails at a state
 the successful episode 0 passed through (B), episode 2 is cut by the turn cap, episode 3 fails with an invalid step;
 the env's own reward for a success (1.0) differs from ``terminal_reward`` (10). GiGPO, GraphGPO and GraphGPO + SERO
-must give every turn the same advantage in every backend, bit for bit.
+must give every turn the same advantage in every backend, bit for bit. With ``--adv.terminal-reward`` unset on
+OpenRLHF (and its scalar reward length-penalised, not 10 x success) the credit is still the local trainer's: one
+resolver fills 10 for both (before, OpenRLHF credited the env's rewards and its scalar reward, and these cases failed).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 
@@ -124,7 +128,9 @@ def _pipeline(estimator: str, adv: AdvantageOptions, sero: bool) -> list[list[fl
     return _split(turn_credit(table, estimator, adv).advantages.tolist())
 
 
-def _openrlhf(estimator: str, adv: AdvantageOptions, sero: bool) -> list[list[float]]:
+def _openrlhf(estimator: str, adv: AdvantageOptions, sero: bool, unset: bool = False) -> list[list[float]]:
+    """OpenRLHF's credit; `unset`: ``--adv.terminal-reward`` unset and a scalar reward with a length penalty."""
+    adv = dataclasses.replace(adv, terminal_reward=None) if unset else adv
     cfg = BackendConfig(n_samples_per_prompt=4, sero=sero, advantage=estimator, adv=adv, sero_opts=SeroOptions())
     records = []
     for i, traj in enumerate(_trajs()):  # the executor's record: the same steps, each with its token span
@@ -138,7 +144,8 @@ def _openrlhf(estimator: str, adv: AdvantageOptions, sero: bool) -> list[list[fl
             i, t = o.root.trajectory, o.root.t
             spans = [(100 + 4 * j, 102 + 4 * j) for j in range(len(o.steps))]
             records[i] = oracle_record(cfg, records[i], t, o, spans, list(c[3]))
-    rows = [SampleRow(i, 10.0 * r.success, RolloutRecord.from_dict(r.to_dict())) for i, r in enumerate(records)]
+    scalar = [10.0 * r.success - (0.05 * len(r.turns) if unset else 0.0) for r in records]
+    rows = [SampleRow(i, scalar[i], RolloutRecord.from_dict(r.to_dict())) for i, r in enumerate(records)]
     got = compute_turn_advantages(rows, cfg)
     out = []
     for row, a in zip(rows, got.per_turn, strict=True):
@@ -148,18 +155,22 @@ def _openrlhf(estimator: str, adv: AdvantageOptions, sero: bool) -> list[list[fl
 
 
 CASES = [
-    ("gigpo", ADV, False),
-    ("gigpo", AdvantageOptions(**{**vars(ADV), "norm": "mean", "state_key": "observation"}), False),
-    ("graphgpo", ADV, False),
-    ("graphgpo", AdvantageOptions(**{**vars(ADV), "state_key": "observation"}), False),
-    ("graphgpo", ADV, True),
+    ("gigpo", ADV, False, False),
+    ("gigpo", AdvantageOptions(**{**vars(ADV), "norm": "mean", "state_key": "observation"}), False, False),
+    ("graphgpo", ADV, False, False),
+    ("graphgpo", AdvantageOptions(**{**vars(ADV), "state_key": "observation"}), False, False),
+    ("graphgpo", ADV, True, False),
+    ("gigpo", AdvantageOptions(**{**vars(ADV), "norm": "mean"}), False, True),
+    ("graphgpo", ADV, False, True),
+    ("graphgpo", ADV, True, True),
 ]
 
 
-@pytest.mark.parametrize(("estimator", "adv", "sero"), CASES, ids=["gigpo", "gigpo_mean_obs", "graphgpo",
-                                                                    "graphgpo_obs", "graphgpo_sero"])  # fmt: skip
-def test_failed_and_truncated_groups_get_the_same_credit_in_every_backend(estimator, adv, sero):
-    local, pipe, rl = _local(estimator, adv, sero), _pipeline(estimator, adv, sero), _openrlhf(estimator, adv, sero)
+@pytest.mark.parametrize(("estimator", "adv", "sero", "unset"), CASES, ids=["gigpo", "gigpo_mean_obs", "graphgpo",
+                         "graphgpo_obs", "graphgpo_sero", "gigpo_mean_unset", "graphgpo_unset", "graphgpo_sero_unset"])  # fmt: skip
+def test_failed_and_truncated_groups_get_the_same_credit_in_every_backend(estimator, adv, sero, unset):
+    local, pipe = _local(estimator, adv, sero), _pipeline(estimator, adv, sero)
+    rl = _openrlhf(estimator, adv, sero, unset)
     assert local == pipe, f"local {local}\npipeline {pipe}"
     for i, turns in enumerate(rl):  # OpenRLHF trains a rescued rollout's turns before its root
         assert turns == local[i][: len(turns)], f"row {i}: openrlhf {turns} local {local[i]}"

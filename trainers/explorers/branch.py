@@ -11,8 +11,10 @@ backend. Per task, one training step:
 4. restore each admitted point's snapshot natively into fresh env instances, sample K new actions there and let
    the policy finish every branch; refund what the branches did not use and admit again (rounds) until no
    candidate fits or ``points`` are taken;
-5. discard every snapshot; credit the tree (`envkit.credit.branching.loo_advantages`) and add it to the
-   estimator's advantages.
+5. discard every snapshot; credit the tree (`branch_credit`: `envkit.credit.branching.loo_advantages` over each
+   group's `BranchNode`s, returns ``adv.terminal_reward * success``) and add it to the estimator's advantages.
+   Both backends call `branch_credit` (the local driver's postprocess, OpenRLHF's experience maker through
+   `envkit.trainers.openrlhf.branch_turns`); each only reads its own records into `BranchNode`s.
 
 The budget (``budget_steps``, per task) defaults to the baseline's: ``group_size * max_turns``, the env steps its
 G episodes may take at most. Backbones are always played; branches spend only what they leave, and admission
@@ -32,11 +34,20 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections import defaultdict
+from collections.abc import Collection, Hashable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-__all__ = ["BranchConfig", "admit", "worst_cost"]
+import numpy as np
+from numpy.typing import ArrayLike
+
+from envkit.credit.branching import BranchTree, loo_advantages
+
+if TYPE_CHECKING:
+    from envkit.credit.advantage_options import AdvantageOptions
+
+__all__ = ["BranchConfig", "BranchNode", "admit", "branch_credit", "worst_cost"]
 
 
 @dataclass(frozen=True)
@@ -137,3 +148,92 @@ def admit(
             out.append((b, t))
             unspent -= cost
     return out
+
+
+@dataclass(frozen=True)
+class BranchNode:
+    """One trajectory of a branching group's tree, as both backends read it from their records.
+
+    Attributes:
+        group: The task (prompt) whose tree it belongs to.
+        index: Its index in the group (backbones and forks numbered together); the tree is over index order.
+        parent: The index of the backbone it forks from; -1 for a backbone or a fork at turn 0 (one more root).
+        fork: The turn it forks at (its first own turn; 0 with parent -1).
+        success: The episode succeeded (its return is ``adv.terminal_reward * success``).
+    """
+
+    group: Hashable
+    index: int
+    parent: int
+    fork: int
+    success: bool
+
+
+def branch_credit(
+    nodes: Sequence[BranchNode | None],
+    turn_advantages: Sequence[ArrayLike],
+    cfg: BranchConfig,
+    adv: AdvantageOptions,
+) -> tuple[list[np.ndarray], dict[str, Any]]:
+    """Per trajectory, ``estimator_weight * turn_advantages + loo_weight * (the tree's leave-one-out advantages)``,
+    and the credit's diagnostics (docs/methods.md section 8): the branch credit of both trainers, and of
+    scripts/openrlhf_credit_check.py. Pure.
+
+    Each group's tree is over its nodes in index order; a trajectory's length is its number of turn advantages
+    (a fork: its backbone's prefix turns too, which get 0 from the tree), its return
+    ``adv.terminal_reward * success`` (the one rule of both backends: `envkit.env_settings.resolve_env_settings`
+    fills ``terminal_reward`` per run, unset: ``TERMINAL_REWARD``).
+
+    Args:
+        nodes: Per trajectory, its node, or None to keep its estimator values (a row outside any tree).
+        turn_advantages: Per trajectory, the estimator's advantage of each of its turns.
+        cfg: The branch settings (the two weights).
+        adv: The resolved advantage options: ``terminal_reward`` (set), ``norm`` and ``eps`` (the leave-one-out
+            values' normalisation).
+
+    Raises:
+        ValueError: ``adv.terminal_reward`` is None, a node names a parent outside its group, or the tree is not
+            one (`envkit.credit.branching.BranchTree`).
+    """
+    if adv.terminal_reward is None:
+        raise ValueError(
+            "branch_credit: adv.terminal_reward is None; branching credits terminal_reward * success: resolve the "
+            "run's options with envkit.env_settings.resolve_env_settings (unset: TERMINAL_REWARD, 10)"
+        )
+    win = float(adv.terminal_reward)
+    out = [np.array(a, dtype=np.float64) for a in turn_advantages]  # copies: the caller's arrays stay
+    groups: dict[Hashable, list[tuple[int, BranchNode]]] = defaultdict(list)
+    for i, node in enumerate(nodes):
+        if node is not None:
+            groups[node.group].append((i, node))
+    mass, owned, nonzero, decisions = 0.0, 0, 0, 0
+    for g, members in groups.items():
+        members.sort(key=lambda m: m[1].index)
+        where = {n.index: k for k, (_, n) in enumerate(members)}
+        for _, n in members:
+            if n.parent != -1 and n.parent not in where:
+                raise ValueError(
+                    f"branch credit: trajectory {n.index} of group {g!r} forks from {n.parent}, which is not in its "
+                    "group (a record's extra['branch']['parent'] names the spec index of a backbone of its prompt)"
+                )
+        tree = BranchTree(
+            parent=tuple(-1 if n.parent == -1 else where[n.parent] for _, n in members),
+            fork=tuple(n.fork for _, n in members), length=tuple(len(out[i]) for i, _ in members),
+            returns=tuple(win * float(n.success) for _, n in members),
+        )  # fmt: skip
+        credit = loo_advantages(tree, norm=adv.norm, eps=adv.eps)
+        decisions += credit.decisions
+        for k, (i, _) in enumerate(members):
+            loo = credit.advantages[k]
+            out[i] = cfg.estimator_weight * out[i] + cfg.loo_weight * loo
+            mine = np.abs(loo[tree.fork[k] :])
+            mass += float(mine.sum())
+            owned += len(mine)
+            nonzero += int((mine > 0).sum())
+    stats = {
+        "branch_decisions": decisions,
+        "branch_loo_mass": mass,
+        "branch_loo_abs_mean": mass / max(owned, 1),
+        "branch_loo_nonzero_share": nonzero / max(owned, 1),
+    }
+    return out, stats

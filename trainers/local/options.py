@@ -94,12 +94,13 @@ class AgentConfig:
         """
         s = resolve_env_settings(
             env_id, names=LOCAL_NAMES, horizon=self.max_turns, root_budget=self.sero_opts.min_budget,
-            gamma_g=self.adv.gamma_g, sero=self.sero, estimator=self.estimator, unset_horizon=8,
+            gamma_g=self.adv.gamma_g, terminal_reward=self.adv.terminal_reward, sero=self.sero,
+            estimator=self.estimator, unset_horizon=8,
         )  # fmt: skip
         return dataclasses.replace(
             self,
             max_turns=s.horizon,
-            adv=dataclasses.replace(self.adv, gamma_g=s.gamma_g),
+            adv=dataclasses.replace(self.adv, gamma_g=s.gamma_g, terminal_reward=s.terminal_reward),
             sero_opts=dataclasses.replace(self.sero_opts, min_budget=s.root_budget),
         )
 

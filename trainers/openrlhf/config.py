@@ -158,12 +158,12 @@ class BackendConfig:
         travel to the workers as given and resolve there to the same values)."""
         s = resolve_env_settings(
             self.env_id, names=OPENRLHF_NAMES, horizon=self.max_turns or None,
-            root_budget=self.sero_opts.min_budget, gamma_g=self.adv.gamma_g, sero=self.sero,
-            estimator=self.advantage, unset_horizon=None,
+            root_budget=self.sero_opts.min_budget, gamma_g=self.adv.gamma_g,
+            terminal_reward=self.adv.terminal_reward, sero=self.sero, estimator=self.advantage, unset_horizon=None,
         )  # fmt: skip
-        adv = dataclasses.replace(self.adv, gamma_g=s.gamma_g)
+        adv = dataclasses.replace(self.adv, gamma_g=s.gamma_g, terminal_reward=s.terminal_reward)
         sero = dataclasses.replace(self.sero_opts, min_budget=s.root_budget).resolve(
-            horizon=s.horizon or 1, gamma_g=s.gamma_g, terminal_reward=float(adv.terminal_reward or 0.0)
+            horizon=s.horizon or 1, gamma_g=s.gamma_g, terminal_reward=s.terminal_reward
         )  # the root-selection settings (horizon 1 where there is no turn cap: SERO is then off)
         object.__setattr__(self, "_resolved", (s, adv, sero))
 
@@ -181,7 +181,8 @@ class BackendConfig:
 
     @property
     def credit_options(self) -> AdvantageOptions:
-        """``adv`` with ``gamma_g`` resolved (unset: the env's): what the credit reads."""
+        """``adv`` with ``gamma_g`` (unset: the env's) and ``terminal_reward`` (unset: ``TERMINAL_REWARD``, 10, as
+        the local trainer's) resolved: what the credit reads."""
         return self.__dict__["_resolved"][1]  # type: ignore[no-any-return]
 
     @property

@@ -29,6 +29,7 @@ def sero_turn_advantages(
     batch = list(rows)
     table, owner = turn_table(batch, groups, cfg, policy_only=True)
     kind = turns_state_key(batch, cfg, policy_only=True)  # the oracle turns' nodes: anchors under the table's key
+    win = float(cfg.credit_options.terminal_reward or 0.0)  # a rescue succeeds; resolved per run (set)
     rescues: list[Rescue] = []
     where: list[tuple[int, list[int]]] = []
     for i, row in enumerate(batch):
@@ -38,14 +39,11 @@ def sero_turn_advantages(
         ora = [row.turns[j] for j in js]
         nodes = row_nodes(row, kind)  # every state of the row: the rollout's before the root, then the oracle's
         states, nexts = tuple(nodes[j] for j in js), tuple(nodes[j + 1] for j in js)
-        ret = row.record.extra.get("rescue_return", 0.0)
-        if cfg.adv.terminal_reward is not None:
-            ret = float(cfg.adv.terminal_reward)
         rescues.append(
             Rescue(
                 groups[i], i, int(row.record.extra["root_t"]), states, tuple(row.steps[j].action for j in js), nexts,
                 tuple(row.record.invalid[j] for j in js),
-                tuple(float(t.loglik if t.loglik is not None else 0.0) for t in ora), float(ret),
+                tuple(float(t.loglik if t.loglik is not None else 0.0) for t in ora), win,
             )
         )  # fmt: skip
         where.append((i, js))

@@ -22,7 +22,7 @@ from envkit.credit.step_table import StepTable
 from envkit.trainers.openrlhf.config import BackendConfig
 from envkit.trainers.openrlhf.rollout_records import RolloutRecord, Turn
 
-__all__ = ["SampleRow", "episode_return", "row_nodes", "row_path", "turn_table", "turns_state_key"]
+__all__ = ["SampleRow", "row_nodes", "row_path", "turn_table", "turns_state_key"]
 
 
 @dataclass(frozen=True)
@@ -61,13 +61,6 @@ class SampleRow:
     def steps(self) -> tuple[Step, ...]:
         """The row's env steps (`RolloutRecord.steps`; none without a record)."""
         return self.record.steps if self.record is not None else ()
-
-
-def episode_return(row: SampleRow, cfg: BackendConfig) -> float:
-    """The row's episode return: ``terminal_reward * success`` when set, else OpenRLHF's scalar reward."""
-    if cfg.adv.terminal_reward is not None:
-        return float(cfg.adv.terminal_reward) * float(row.success)
-    return row.reward
 
 
 def _path_steps(row: SampleRow, policy_only: bool) -> tuple[Step, ...]:
@@ -120,7 +113,7 @@ def turn_table(
     ``row.turns`` or None for a ``policy_suffix`` turn) over each record's policy episode."""
     kind = turns_state_key(rows, cfg, policy_only=policy_only)
     paths = [row_path(r, groups[i], i, policy_only=policy_only) for i, r in enumerate(rows)]
-    table = StepTable.from_paths(paths, state_key=kind, terminal_reward=cfg.adv.terminal_reward)
+    table = StepTable.from_paths(paths, state_key=kind, terminal_reward=cfg.credit_options.terminal_reward)
     owner: list[Any] = []
     for i, row in enumerate(rows):
         n = len(_path_steps(row, policy_only))

@@ -105,14 +105,18 @@ def _batch():
 
 
 def test_leave_one_out_term_exact_values_through_turn_advantages():
-    """Returns by spec index: 1, 0, 0, 1. Root decision (backbone 0 = mean(1, 0), backbone 1 = 0, the turn-0
-    fork = 1): LOO 0, -0.75, 0.75; backbone 0's branch point at turn 1 (itself 1, its fork 0): +1 / -1.
-    GRPO with norm "mean": success - 0.5. A fork's prefix turn gets only the estimator's value."""
+    """Returns (terminal reward 1 x success) by spec index: 1, 0, 0, 1. Root decision (backbone 0 = mean(1, 0),
+    backbone 1 = 0, the turn-0 fork = 1): LOO 0, -0.75, 0.75; backbone 0's branch point at turn 1 (itself 1, its
+    fork 0): +1 / -1. GRPO with norm "mean" (OpenRLHF's reward, = success here): success - 0.5. A fork's prefix turn
+    gets only the estimator's value. With ``terminal_reward`` unset the tree's returns are 10 x success, as the
+    local trainer's (the resolver's default), not OpenRLHF's reward."""
     from envkit.trainers.explorers.branch import BranchConfig
     from envkit.trainers.openrlhf.config import AdvantageOptions
     from envkit.trainers.openrlhf.turn_advantages import compute_turn_advantages
 
-    cfg = _cfg(adv=AdvantageOptions(norm="mean"))
+    unset = compute_turn_advantages(_batch(), _cfg(adv=AdvantageOptions(norm="mean")))
+    assert [p.tolist() for p in unset.per_turn] == [[-0.5, -10.5, -10.5], [0.5, 10.5, 10.5], [8.0, 8.0], [-8.0, -8.0]]
+    cfg = _cfg(adv=AdvantageOptions(norm="mean", terminal_reward=1.0))
     res = compute_turn_advantages(_batch(), cfg)
     got = [p.tolist() for p in res.per_turn]
     assert got == [[-0.5, -1.5, -1.5], [0.5, 1.5, 1.5], [1.25, 1.25], [-1.25, -1.25]]
@@ -121,13 +125,14 @@ def test_leave_one_out_term_exact_values_through_turn_advantages():
     assert res.stats["branch_budget_steps"] == 4 * 3 and res.stats["branch_budget_overrun"] == 0
     assert res.stats["branch_native_restores"] == 1 and res.stats["branch_replay_restores"] == 1
     assert res.stats["branch_entropy_at_points"] == pytest.approx(0.55)
-    weighted = _cfg(adv=AdvantageOptions(norm="mean"), branch=BranchConfig(points=1, branches=2, backbones=2,
+    weighted = _cfg(adv=AdvantageOptions(norm="mean", terminal_reward=1.0), branch=BranchConfig(points=1, branches=2, backbones=2,
                     budget_steps=8, loo_weight=2.0, estimator_weight=0.5))  # fmt: skip
     res = compute_turn_advantages(_batch(), weighted)
     assert [p.tolist() for p in res.per_turn] == [[-0.25, -2.25, -2.25], [0.25, 2.25, 2.25], [1.75, 1.75],
                                                  [-1.75, -1.75]]  # fmt: skip
     assert res.stats["branch_budget_overrun"] == 1  # 9 steps against a budget of 8: reported, not prevented
-    std = compute_turn_advantages(_batch(), _cfg())  # norm "std": both terms over the unbiased std of 1, 0, 0, 1
+    std = compute_turn_advantages(_batch(), _cfg(adv=AdvantageOptions(terminal_reward=1.0)))  # norm "std": both
+    # terms over the unbiased std of 1, 0, 0, 1
     s = float(np.std([1.0, 0.0, 0.0, 1.0], ddof=1)) + 1e-6
     assert std.per_turn[1].tolist() == pytest.approx([0.5 / s, 1.5 / s, 1.5 / s])
     assert std.per_turn[3].tolist() == pytest.approx([-1.25 / s, -1.25 / s])
@@ -144,7 +149,7 @@ def test_groups_without_a_tree_keep_the_estimator_and_a_bad_tree_is_refused():
     bad = _batch()
     bad[0] = _row(0, 2, 3, False, {"parent": 7, "fork": 1, "source": 7, "turn": 1, "entropy": 0.0,
                                    "restored": "native"}, fork=True)  # fmt: skip
-    with pytest.raises(ValueError, match="backbone 7, which is not in its group"):
+    with pytest.raises(ValueError, match="forks from 7, which is not in its group"):
         compute_turn_advantages(bad, cfg)
     json.dumps(res.stats)
 

@@ -2,12 +2,16 @@
 scripts/openrlhf_credit_check.py recomputes it with the local trainer's credit, value by value (issue 34).
 
 Here the real `EnvkitExperienceMaker` (real OpenRLHF ``Experience`` objects, KL in the reward) credits a GraphGPO +
-SERO group that ends in failure and truncation, with two oracle rows; the end-to-end SERO arm
-(tests/trainers/openrlhf/test_openrlhf_e2e.py) runs the same check on a real ``train_ppo_ray`` run.
+SERO group that ends in failure and truncation, with two oracle rows, with ``--adv.terminal-reward`` set and
+unset (then OpenRLHF's scalar reward carries a length penalty: both backends still credit 10 x success, the per-run
+resolver's rule; before it OpenRLHF credited its scalar reward and the rescues' env return, and this case failed);
+the end-to-end SERO arm (tests/trainers/openrlhf/test_openrlhf_e2e.py) runs the same check on a real
+``train_ppo_ray`` run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 from pathlib import Path
@@ -84,20 +88,24 @@ def _records(cfg: BackendConfig) -> list[dict]:
     return [r.to_dict() for r in out]
 
 
-def _logged(strategy_factory, tmp_path: Path) -> Path:
-    cfg = BackendConfig(n_samples_per_prompt=4, sero=True, advantage="graphgpo", adv=ADV, credit_log=True)
+def _logged(strategy_factory, tmp_path: Path, adv: AdvantageOptions = ADV) -> Path:
+    cfg = BackendConfig(n_samples_per_prompt=4, sero=True, advantage="graphgpo", adv=adv, credit_log=True)
     records = _records(cfg)
     lengths = [4 * len(r["turns"]) for r in records]
-    rewards = [10.0 * RolloutRecord.from_dict(r).success for r in records]
+    # OpenRLHF's scalar reward: 10 x success, or (terminal reward unset) the env's return less a length penalty
+    shaped = adv.terminal_reward is None
+    recs = [RolloutRecord.from_dict(r) for r in records]
+    rewards = [r.episode_return - 0.05 * len(r.turns) if shaped else 10.0 * r.success for r in recs]
     exps = _experiences(rewards, lengths, records=records)
     _, maker = _makers(strategy_factory(4, ("--ckpt.output_dir", str(tmp_path))), cfg)
     maker.compute_advantages_and_returns(exps)
     return tmp_path / CREDIT_LOG
 
 
-def test_the_logged_group_reached_the_loss_with_the_local_trainers_credit(strategy_factory, tmp_path):
+@pytest.mark.parametrize("adv", [ADV, dataclasses.replace(ADV, terminal_reward=None)], ids=["set", "unset"])
+def test_the_logged_group_reached_the_loss_with_the_local_trainers_credit(strategy_factory, tmp_path, adv):
     check = _checker()
-    log = _logged(strategy_factory, tmp_path)
+    log = _logged(strategy_factory, tmp_path, adv)
     summary = check.check_file(log)
     assert summary["problems"] == []
     assert (summary["entries"], summary["rows"], summary["oracle_turns"]) == (1, 4, 3)

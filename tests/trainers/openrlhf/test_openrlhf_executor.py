@@ -206,7 +206,8 @@ def test_executor_to_experience_pipeline_gigpo(tokenizer, strategy_factory):
         # the Toy env offers an exact key, so the default (--adv.state-key unset) groups by it, not by the text
         # each state's key is in its info: the record's first state's, then each step's (the state it leads to)
         state=[([r.info] + [s.info for s in r.steps])[j]["state_key"] for r in records for j in range(len(r.steps))],
-        reward=[s.reward for r in records for s in r.steps],
+        # --adv.terminal-reward unset: 10 x success on the last step, as the local trainer credits (not the env's rewards)
+        reward=[10.0 * (r.success and j == len(r.steps) - 1) for r in records for j in range(len(r.steps))],
         invalid=[v for r in records for v in r.invalid],
         next_state=[s.info["state_key"] for r in records for s in r.steps],
         success=[r.success for r in records for _ in r.turns],

@@ -162,9 +162,9 @@ def _multi_turn(group_rewards, strategy, advantage, **adv_opts):
             n_act = int(e.action_mask[b].sum())
             for k in range(PROMPT - 1 + 2, PROMPT - 1 + n_act, 3):
                 e.action_mask[b, k] = False
-    _, ours = _makers(
-        strategy, BackendConfig(n_samples_per_prompt=3, advantage=advantage, adv=AdvantageOptions(**adv_opts))
-    )
+    # a success's return 1, as the table's env rewards (unset, both trainers credit 10 x success)
+    adv = AdvantageOptions(**{"terminal_reward": 1.0, **adv_opts})
+    _, ours = _makers(strategy, BackendConfig(n_samples_per_prompt=3, advantage=advantage, adv=adv))
     got = ours.compute_advantages_and_returns(exps)
     return got, StepTable(**cols), records
 

@@ -13,7 +13,8 @@ Per step and task (planning and budget: `envkit.trainers.explorers.branch`; cred
    and finishes the episode (`play_specs(started=...)`); unused reservations are refunded before the next round;
 4. every snapshot is discarded in the env that took it (`envkit.lifetime.discard_many`) before `collect` returns;
 5. `postprocess`: per task, ``estimator_weight * (the estimator's turn advantage) + loo_weight * (leave-one-out
-   sibling advantage)``, the tree's leave-one-out values normalised as ``agent.adv.norm`` says.
+   sibling advantage)``, the tree's leave-one-out values normalised as ``agent.adv.norm`` says
+   (`envkit.trainers.explorers.branch.branch_credit`, the OpenRLHF backend's too, over `branch_nodes`).
 
 `branch_config(base, ...)` turns any multi-turn `TrainConfig` into a branching one (a script's arm in one line);
 `AgentBranchDriver.set_budget` changes the env-step budget between steps (matching another run step by step).
@@ -30,11 +31,10 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from envkit.credit.branching import BranchTree, loo_advantages
 from envkit.lifetime import discard_many, instance_scoped
 from envkit.recorder import EpisodeRecorder
 from envkit.snapshot import snapshot_env
-from envkit.trainers.explorers.branch import BranchConfig, admit, worst_cost
+from envkit.trainers.explorers.branch import BranchConfig, BranchNode, admit, branch_credit, worst_cost
 from envkit.trainers.local.contracts import AgentExplorer, Budget, EpisodeCredit
 from envkit.trainers.local.generation import batch_sequences
 from envkit.trainers.local.multi_turn import (
@@ -50,10 +50,9 @@ from envkit.trainers.local.multi_turn import (
 if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-    from envkit.credit.advantage_options import AdvantageOptions
     from envkit.trainers.local.config import TrainConfig
 
-__all__ = ["AgentBranchDriver", "branch_config", "branch_credit", "decision_entropies", "fork"]
+__all__ = ["AgentBranchDriver", "branch_config", "branch_nodes", "decision_entropies", "fork"]
 
 
 def branch_config(base: Any, **branch: Any) -> Any:
@@ -121,59 +120,15 @@ def fork(backbone: Episode, turn: int, env: gym.Env[str, str], index: int) -> Ep
     )  # fmt: skip
 
 
-def branch_credit(
-    episodes: Sequence[Episode],
-    links: Mapping[tuple[int, int], tuple[int, int]],
-    turn_advantages: Sequence[np.ndarray],
-    cfg: BranchConfig,
-    adv: AdvantageOptions,
-) -> tuple[list[np.ndarray], dict[str, Any]]:
-    """Per episode, ``estimator_weight * turn_advantages + loo_weight * (the tree's leave-one-out advantages)``,
-    and the credit's diagnostics (docs/methods.md section 8). Pure: the local trainer's branch credit, which
-    scripts/openrlhf_credit_check.py also applies to an OpenRLHF run's logged group.
+def branch_nodes(episodes: Sequence[Episode], links: Mapping[tuple[int, int], tuple[int, int]]) -> list[BranchNode]:
+    """Per episode, its node of its group's tree (`envkit.trainers.explorers.branch.branch_credit`'s input).
 
     Args:
-        episodes: Backbones and forks (any order); a group's tree is over its episodes in index order.
+        episodes: Backbones and forks (any order).
         links: ``(group, index) -> (parent index or -1, fork turn)`` of every episode (a backbone and a fork at
             turn 0: ``(-1, 0)``).
-        turn_advantages: Per episode, the estimator's advantage of each of its turns (a fork: its prefix too).
-        cfg: The branch settings (the two weights).
-        adv: The advantage options: ``terminal_reward * success`` is an episode's return, ``norm`` and ``eps``
-            normalise the leave-one-out values.
     """
-    out = list(turn_advantages)
-    groups: dict[int, list[int]] = defaultdict(list)
-    for i, e in enumerate(episodes):
-        groups[e.group].append(i)
-    mass, owned, nonzero, decisions = 0.0, 0, 0, 0
-    for members in groups.values():
-        members.sort(key=lambda i: episodes[i].index)
-        local = {episodes[i].index: k for k, i in enumerate(members)}
-        parent, forks = [], []
-        for i in members:
-            p, t = links[(episodes[i].group, episodes[i].index)]
-            parent.append(-1 if p < 0 else local[p])
-            forks.append(t)
-        tree = BranchTree(
-            parent=tuple(parent), fork=tuple(forks), length=tuple(len(episodes[i].actions) for i in members),
-            returns=tuple(float(adv.terminal_reward or 0.0) * float(episodes[i].success) for i in members),
-        )  # fmt: skip
-        credit = loo_advantages(tree, norm=adv.norm, eps=adv.eps)
-        decisions += credit.decisions
-        for k, i in enumerate(members):
-            loo = credit.advantages[k]
-            out[i] = cfg.estimator_weight * np.asarray(turn_advantages[i], dtype=np.float64) + cfg.loo_weight * loo
-            mine = np.abs(loo[forks[k] :])
-            mass += float(mine.sum())
-            owned += len(mine)
-            nonzero += int((mine > 0).sum())
-    stats = {
-        "branch_decisions": decisions,
-        "branch_loo_mass": mass,
-        "branch_loo_abs_mean": mass / max(owned, 1),
-        "branch_loo_nonzero_share": nonzero / max(owned, 1),
-    }
-    return out, stats
+    return [BranchNode(e.group, e.index, *links[(e.group, e.index)], success=e.success) for e in episodes]
 
 
 class AgentBranchDriver(AgentExplorer):
@@ -336,8 +291,9 @@ class AgentBranchDriver(AgentExplorer):
         return played
 
     def postprocess(self, episodes: list[Episode], turn_advantages: list[np.ndarray]) -> EpisodeCredit:
-        """Estimator advantages plus the tree's leave-one-out sibling advantages (`branch_credit`)."""
-        out, stats = branch_credit(episodes, self._links, turn_advantages, self.cfg, self.agent.adv)
+        """Estimator advantages plus the tree's leave-one-out sibling advantages (`branch_credit`, shared with
+        the OpenRLHF backend)."""
+        out, stats = branch_credit(branch_nodes(episodes, self._links), turn_advantages, self.cfg, self.agent.adv)
         return EpisodeCredit(tuple(out), {**self._stats, **stats})
 
     def state_dict(self) -> dict[str, Any]:

@@ -6,7 +6,8 @@
   tokens' log-probs are asked for (the entropy estimate) and the record carries its node of the tree
   (`episode_extra`: ``extra["branch"]``);
 - credit: the tree's leave-one-out term added to the estimator's per-turn values
-  (`envkit.trainers.openrlhf.branch_turns.branch_turn_advantages`).
+  (`envkit.trainers.explorers.branch.branch_credit`, the local trainer's, through
+  `envkit.trainers.openrlhf.branch_turns.branch_turn_advantages`).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from envkit.trainers.openrlhf.branch_turns import branch_turn_advantages
 from envkit.trainers.openrlhf.config import BackendConfig
 from envkit.trainers.openrlhf.explorers.base import Explorer, TurnCredit
 from envkit.trainers.openrlhf.rollout_records import RolloutSpec
-from envkit.trainers.openrlhf.turn_paths import episode_return
 
 if TYPE_CHECKING:
     from envkit.trainers.openrlhf.turn_paths import SampleRow
@@ -51,6 +51,5 @@ class BranchExplorer(Explorer):
     def turn_credit(
         self, rows: Sequence[SampleRow], groups: list[Hashable], credit: TurnCredit, per_turn_estimator: bool
     ) -> TurnCredit:
-        returns = [episode_return(r, self.config) for r in rows]
-        per_turn, stats = branch_turn_advantages(rows, groups, credit.per_turn, returns, self.config)
+        per_turn, stats = branch_turn_advantages(rows, groups, credit.per_turn, self.config)
         return TurnCredit(per_turn, credit.keep, {**credit.stats, **stats})
