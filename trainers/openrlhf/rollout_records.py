@@ -149,8 +149,8 @@ class RolloutRecord:
         reason: Why it ended: "terminated", "env_truncated", "max_turns", "context", "generation_length".
         oracle: A SERO oracle row: the failed rollout's tokens up to the root (its policy turns, trained with
             their own policy credit, weight 1), then the oracle's turns (``Turn.oracle``). `success` and
-            `episode_return` stay the policy episode's; ``extra["root_t"]`` is the root step and
-            ``extra["rescue_return"]`` the env return of prefix + oracle steps.
+            `episode_return` stay the policy episode's; ``extra["root_t"]`` is the root step (a rescue's
+            return is ``terminal_reward``, resolved per run: `envkit.env_settings.resolve_env_settings`).
         policy_suffix: Oracle rows: the failed rollout's own steps from the root on. They are credited with the
             group (its policy episode stays whole in the baseline) but have no tokens in the row: they leave the
             loss (the row replaced the rollout to keep OpenRLHF's batch size).

@@ -146,7 +146,7 @@ def oracle_record(
         raise ValueError(f"oracle_record: {len(outcome.steps)} oracle steps but {len(spans)} token spans")
     return dataclasses.replace(
         record, steps=steps, turns=(*record.turns[:t], *oracle_turns), oracle=True,
-        extra={"root_t": t, "restored_by": outcome.restored_by, "rescue_return": float(sum(s.reward for s in steps))},
+        extra={"root_t": t, "restored_by": outcome.restored_by},
         policy_suffix=record.steps[t:],
     )  # fmt: skip
 
