@@ -50,7 +50,13 @@ from envkit.trainers.explorers.eden import (
     perturb,
     row_temperatures,
 )
-from envkit.trainers.local.contracts import AgentExplorer, Budget, EpisodeCredit, SingleTurnExplorer
+from envkit.trainers.local.contracts import (
+    AgentExplorer,
+    Budget,
+    EpisodeCredit,
+    RolloutCredit,
+    SingleTurnExplorer,
+)
 from envkit.trainers.local.multi_turn import AgentConfig, Episode, EpisodeSpec, play_specs
 from envkit.trainers.local.prompt_encoding import encode_prompt
 from envkit.trainers.local.single_turn import Rollout, generate_rows
@@ -190,20 +196,24 @@ class EdenDriver(AnchorSelection, SingleTurnExplorer):
             extra_rows=extra,
         )  # fmt: skip
         checks = self.task.check([problems[r.group] for r in out], [r.text for r in out])
-        for r, (reward, _), noisy in zip(out, checks, mask.tolist(), strict=True):
-            r.reward, r.noisy = reward, bool(noisy)
-        return out
+        return [
+            dataclasses.replace(r, reward=reward, noisy=bool(noisy))
+            for r, (reward, _), noisy in zip(out, checks, mask.tolist(), strict=True)
+        ]
 
-    def postprocess(self, step: int, problems: Sequence[Problem], rollouts: list[Rollout]) -> dict[str, Any]:
+    def postprocess(
+        self, step: int, problems: Sequence[Problem], rollouts: Sequence[Rollout], advantages: Sequence[float]
+    ) -> RolloutCredit:
+        """EDEN's advantages from the rewards (`eden_advantages`: mixed-group normalisation, top-p among noisy
+        rows, gamma; the estimator's `advantages` are recomputed there) and its loss selection."""
         res = eden_advantages(
             [r.reward for r in rollouts], [r.group for r in rollouts], [r.noisy for r in rollouts], self.cfg,
             estimator=self.run.estimator,
         )  # fmt: skip
-        for r, a, keep in zip(rollouts, res.advantages.tolist(), res.loss_mask.tolist(), strict=True):
-            r.advantage, r.weight = a, 1.0 if keep else 0.0
         stats: dict[str, Any] = {k: v for k, v in res.stats.items() if k != "zero_adv_fraction"}
         stats["eden_bank_relaxed"] = int(self.relaxed)
-        return stats
+        keep = tuple(bool(k) for k in res.loss_mask.tolist())
+        return RolloutCredit(tuple(res.advantages.tolist()), stats, keep)
 
 
 class AgentEdenDriver(AnchorSelection, AgentExplorer):
