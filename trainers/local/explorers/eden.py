@@ -1,8 +1,9 @@
 """EDEN in the local trainer, both forms: `EdenDriver` (single-turn) and `AgentEdenDriver` (agent envs).
 
-Both run the model with the maths of `envkit.trainers.explorers.eden` and keep the run's budget: per prompt (task)
-``TrainConfig.group_size`` rollouts (episodes), the last ``n_noisy`` noisy. Both select their anchor bank once at
-start with `AnchorSelection.select_bank` and save it in checkpoints (``state_dict``).
+Both run the model with the maths of `envkit.trainers.explorers.eden` (noisy rows: `eden_noise`; credit:
+`eden_credit`) and keep the run's budget: per prompt (task) ``TrainConfig.group_size`` rollouts (episodes), the last
+``n_noisy`` noisy. Both select their anchor bank once at start with `AnchorSelection.select_bank` and save it in
+checkpoints (``state_dict``).
 
 Single-turn (`EdenDriver`): the anchor bank is selected once at start from the model's own input-embedding table with
 `envkit.trainers.explorers.eden.build_anchor_bank` (scored by noisy rollouts on ``n_selection_prompts`` training
@@ -40,12 +41,11 @@ import torch
 
 from envkit.credit.advantages import ESTIMATORS  # the episode-level estimators
 from envkit.trainers.explorers.anchors import AnchorBank, anchor_score, candidate_tokens, decoded_vocab
-from envkit.trainers.explorers.eden import (
-    EdenBankConfig,
+from envkit.trainers.explorers.eden_config import EdenBankConfig
+from envkit.trainers.explorers.eden_credit import eden_advantages, eden_turn_credit
+from envkit.trainers.explorers.eden_noise import (
     build_anchor_bank,
     draw_noisy_rows,
-    eden_advantages,
-    eden_turn_credit,
     noisy_mask,
     perturb,
     row_temperatures,
