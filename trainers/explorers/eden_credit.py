@@ -13,7 +13,7 @@ they keep. Pure numpy; the one composition both trainers call.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -98,13 +98,17 @@ class EdenResult:
 
 
 def eden_advantages(
-    rewards: ArrayLike, group_ids: ArrayLike, noisy: ArrayLike, config: EdenConfig, estimator: str = "grpo"
+    rewards: ArrayLike,
+    group_ids: Sequence[Hashable] | np.ndarray,
+    noisy: ArrayLike,
+    config: EdenConfig,
+    estimator: str = "grpo",
 ) -> EdenResult:
     """Normalise binary rewards over each mixed group (standard + noisy), then `select_noisy` and `absorb`.
 
     Args:
         rewards: (N,) rewards.
-        group_ids: (N,) prompt id of each row.
+        group_ids: (N,) prompt id of each row (any hashable).
         noisy: (N,) bool noisy-row mask.
         config: Uses top_p and gamma.
         estimator: Group baseline (``envkit.credit.advantages.group_advantages``), "grpo" by default.
