@@ -183,7 +183,7 @@ def episode_credit(
 
 def _oracle_row(tokenizer: PreTrainedTokenizerBase, e: Episode, outcome: ContinuationOutcome) -> OracleRow:
     """The episode's ids up to the root (flag 0), then the oracle's actions (flag 1) and observations (flag 0);
-    advantages 0 until `sero_credit` fills in each action's weighted credit."""
+    advantages 0 (`sero_credit` returns the credited copy, `_credited`)."""
     t = outcome.root.t
     if t < len(e.actions):
         context = e.context[: e.action_start(t)]

@@ -15,9 +15,11 @@ from envkit.trainers.explorers.eden import EdenBankConfig  # noqa: E402
 from envkit.trainers.explorers.xrpo import XrpoConfig  # noqa: E402
 from envkit.trainers.local.contracts import Budget, RolloutCredit  # noqa: E402
 from envkit.trainers.local.explorers.eden import EdenDriver  # noqa: E402
+from envkit.trainers.local.explorers.plain import PlainGroups  # noqa: E402
 from envkit.trainers.local.explorers.xrpo import XrpoDriver  # noqa: E402
 from envkit.trainers.local.generation import batch_sequences, sample, score  # noqa: E402
 from envkit.trainers.local.prompt_encoding import encode_prompt  # noqa: E402
+from envkit.trainers.local.single_turn_source import SingleTurnSource  # noqa: E402
 from envkit.trainers.local.tasks import ArithmeticTask  # noqa: E402
 from envkit.trainers.local.trainer import TrainConfig  # noqa: E402
 from envkit.trainers.local.update import LossConfig, TrainBatch, update  # noqa: E402
@@ -313,3 +315,29 @@ def test_update_policy_and_oracle_gradient_norms(arith):
     with pytest.raises(ValueError, match="one per row"):
         update(model, torch.optim.SGD(model.parameters(), lr=0.0), dataclasses.replace(base, oracle=[True]),
                LossConfig(), tok.pad_token_id)  # fmt: skip
+
+
+def test_single_turn_batch_rows_follow_the_explorers_credit_and_a_short_credit_is_refused(arith):
+    """`SingleTurnSource.advantages` builds its rows from the `RolloutCredit` the explorer returns (its advantages,
+    its in_loss), and refuses a credit that does not give one advantage per rollout."""
+    model, tok = arith
+    task = ArithmeticTask(digits=1)
+
+    class HalfKept(PlainGroups):  # an explorer of this test: keeps every other rollout at advantage 0.5 * index
+        def postprocess(self, step, problems, rollouts, advantages):
+            n = len(rollouts) if self.run.seed == 0 else len(rollouts) - 1
+            return RolloutCredit(tuple(0.5 * i for i in range(n)), {"x": 1.0}, tuple(i % 2 == 0 for i in range(n)))
+
+    run = _cfg()
+    source = SingleTurnSource(run, tok, task, HalfKept(run, model, tok, task))
+    samples = source.collect(1, seed=3)
+    batch, metrics = source.advantages(1, samples)
+    assert metrics["x"] == 1.0 and metrics["rows_in_loss"] == len(batch) == 6
+    kept = samples.rollouts[::2]
+    assert batch.responses == [r.response_ids for r in kept]
+    assert batch.advantages == [[0.5 * i] * len(r.response_ids) for i, r in zip(range(0, 12, 2), kept)]
+    assert batch.weights == [1.0] * 6
+    run = dataclasses.replace(run, seed=1)
+    short = SingleTurnSource(run, tok, task, HalfKept(run, model, tok, task))
+    with pytest.raises(RuntimeError, match="credited 11 rollouts of 12; an explorer returns one advantage"):
+        short.advantages(1, short.collect(1, seed=3))
