@@ -23,8 +23,9 @@ CEILINGS = {
     "trainers": (
         21,
         6,
-        82,
-    ),  # main before issue 36: (32, 8, 134); +1 `: Any`: Episode.from_steps(**tags) feeds any field
+        73,
+    ),  # main before issue 36: (32, 8, 134); +1 `: Any`: Episode.from_steps(**tags) feeds any field; -9: frozen
+    # Rollout (no `extra` dict) and EDEN's credit / perturb inputs typed ArrayLike
     "envs": (35, 2, 93),  # (35, 2, 94)
 }
 

@@ -2,7 +2,8 @@
 
 API summary:
     envkit.trainers.explorers.eden     EdenConfig, anchor bank (explorers.anchors), anchored perturbation, noisy share,
-                                tau_n warm-up, top-p selection, absorb (docs/methods.md section 5)
+                                tau_n warm-up, top-p selection, absorb (docs/methods.md section 5); it exports
+                                eden_config (settings), eden_noise (noisy rows), eden_credit (selection, absorb)
     envkit.trainers.explorers.xrpo     XrpoConfig, XrpoPlanner (t-interval priority, phased greedy allocation),
                                 IclCorpus (explorers.icl), novelty-guided sharpening (docs/methods.md section 6)
 

@@ -11,7 +11,8 @@ A `BatchSource` is `SingleTurnSource` (prompts with verifiable answers, `envkit.
 or `AgentSource` (multi-turn envs, `envkit.trainers.local.agent_source`); each holds an explorer of its own type:
 
 - `SingleTurnExplorer`: ``collect(step, problems, prompts, budget, seed=) -> list[Rollout]`` and
-  ``postprocess(step, problems, rollouts) -> metrics`` (adjusts advantages and loss weights in place);
+  ``postprocess(step, problems, rollouts, advantages) -> RolloutCredit`` (a new value: per rollout its advantage
+  and whether it stays in the loss, and the metrics; the rollouts are frozen `Rollout` values);
 - `AgentExplorer`: ``collect(step, seeds, budget, seed=) -> list[Episode]`` and ``postprocess(episodes,
   turn_advantages) -> EpisodeCredit`` (a new value: per episode its turn advantages and whether it stays in the
   loss, and the metrics; the episodes are not changed).
@@ -43,7 +44,15 @@ if TYPE_CHECKING:
 
     from envkit.trainers.local.config import TrainConfig
 
-__all__ = ["AgentExplorer", "BatchSource", "Budget", "EpisodeCredit", "SingleTurnExplorer", "step_seed"]
+__all__ = [
+    "AgentExplorer",
+    "BatchSource",
+    "Budget",
+    "EpisodeCredit",
+    "RolloutCredit",
+    "SingleTurnExplorer",
+    "step_seed",
+]
 
 SamplesT = TypeVar("SamplesT")
 
@@ -132,12 +141,44 @@ class SingleTurnExplorer(ABC):
         self, step: int, problems: Sequence[Problem], prompts: Sequence[list[int]], budget: Budget, *, seed: int
     ) -> list[Rollout]: ...
 
-    def postprocess(self, step: int, problems: Sequence[Problem], rollouts: list[Rollout]) -> dict[str, Any]:
-        """Adjust the rollouts' advantages and loss weights in place; returns the explorer's metrics."""
-        return {}
+    def postprocess(
+        self, step: int, problems: Sequence[Problem], rollouts: Sequence[Rollout], advantages: Sequence[float]
+    ) -> RolloutCredit:
+        """The rollouts' advantages after the explorer's credit (`advantages`: the estimator's, one per rollout),
+        which rollouts stay in the loss, and the explorer's metrics."""
+        return RolloutCredit(tuple(advantages))
 
     def state_dict(self) -> dict[str, Any] | None:
         return None
+
+
+def _check_in_loss(who: str, in_loss: tuple[bool, ...] | None, n: int, what: str) -> None:
+    if in_loss is not None and len(in_loss) != n:
+        raise ValueError(f"{who}: {len(in_loss)} in_loss flags for {n} {what}; give one each")
+
+
+@dataclass(frozen=True)
+class RolloutCredit:
+    """A single-turn explorer's credit of one step's rollouts (`SingleTurnExplorer.postprocess`), a value of its
+    own: the `Rollout` values stay as they were sampled.
+
+    Attributes:
+        advantages: Per rollout (in order), its advantage; every response token of its row carries it.
+        metrics: The explorer's metrics of the step.
+        in_loss: Per rollout, whether its row enters the loss (EDEN's top-p selection drops noisy ones); None:
+            every rollout.
+    """
+
+    advantages: tuple[float, ...]
+    metrics: Mapping[str, Any] = field(default_factory=dict)
+    in_loss: tuple[bool, ...] | None = None
+
+    def __post_init__(self) -> None:
+        _check_in_loss("RolloutCredit", self.in_loss, len(self.advantages), "rollouts")
+
+    def keeps(self, i: int) -> bool:
+        """Whether rollout `i`'s row enters the loss."""
+        return True if self.in_loss is None else self.in_loss[i]
 
 
 @dataclass(frozen=True)
@@ -157,10 +198,7 @@ class EpisodeCredit:
     in_loss: tuple[bool, ...] | None = None
 
     def __post_init__(self) -> None:
-        if self.in_loss is not None and len(self.in_loss) != len(self.advantages):
-            raise ValueError(
-                f"EpisodeCredit: {len(self.in_loss)} in_loss flags for {len(self.advantages)} episodes; give one each"
-            )
+        _check_in_loss("EpisodeCredit", self.in_loss, len(self.advantages), "episodes")
 
     def keeps(self, i: int) -> bool:
         """Whether episode `i`'s row enters the loss."""

@@ -96,6 +96,8 @@ class EpisodeSpec:
         temperature: Sampling temperature of every turn (None: the run's).
         first_extra: EDEN: one [d] embedding appended after the first prompt for the FIRST turn only; later turns
             see the token context alone.
+        clean_loss_prompt: With a `prompt_text`: the loss sees the env's first observation as the prompt instead
+            (``Episode.loss_prompt_ids``; XRPO's ``icl_loss_prompt="clean"``).
     """
 
     group: int
@@ -104,6 +106,7 @@ class EpisodeSpec:
     prompt_text: str | None = None
     temperature: float | None = None
     first_extra: Any = None
+    clean_loss_prompt: bool = False
 
 
 def play(
@@ -216,9 +219,10 @@ def _play_round(
                 f"{len(ids) + max_new_tokens}"
             )
         recorder = EpisodeRecorder(obs, info0, snapshots=record and _has_snapshots(env))  # the episode's one record
-        ep = Episode(spec.group, spec.index, env, ids, list(ids), [], [], recorder, seed=int(spec.seed))
-        ep.icl = spec.prompt_text is not None
-        ep.noisy = spec.first_extra is not None
+        icl, clean = spec.prompt_text is not None, spec.clean_loss_prompt
+        loss_ids = encode_prompt(tokenizer, str(obs), raw=False, system=cfg.system) if icl and clean else None
+        ep = Episode(spec.group, spec.index, env, ids, list(ids), [], [], recorder, seed=int(spec.seed), icl=icl,
+                     noisy=spec.first_extra is not None, loss_prompt_ids=loss_ids)  # fmt: skip
         episodes.append(ep)
     for e in episodes if started is not None else []:  # a branch records from where it starts (its own recorder)
         if e.recorder is None and not e.lost:

@@ -28,6 +28,7 @@ at ``w_min``, the first oracle action's mean l_j, advantage mass of policy vs or
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +36,7 @@ import numpy as np
 import torch
 
 from envkit.credit.sero import RootRounds
-from envkit.credit.sero_advantages import Rescue, SeroAdvantages, sero_advantages
+from envkit.credit.sero_advantages import OracleCredit, Rescue, SeroAdvantages, sero_advantages
 from envkit.lifetime import discard_many
 from envkit.oracles.continuation import ContinuationOutcome, continue_from_root, job_for
 from envkit.trainers.local.episode_steps import episodes_state_key, step_table
@@ -53,9 +54,10 @@ if TYPE_CHECKING:
 SUPERVISED_ADVANTAGE = 1.0
 
 
-@dataclass
+@dataclass(frozen=True)
 class OracleRow:
-    """One oracle continuation as a training row (aligned lists over `response`)."""
+    """One oracle continuation as a training row (aligned lists over `response`): a value; `sero_credit` makes the
+    credited row with `dataclasses.replace` (advantages of its action spans, weights)."""
 
     group: int
     prompt: list[int]
@@ -66,7 +68,7 @@ class OracleRow:
     weights: list[float] = field(default_factory=list)
 
 
-@dataclass
+@dataclass(frozen=True)
 class SeroResult:
     """What SERO adds to one step.
 
@@ -133,12 +135,7 @@ def sero_credit(
     res = episode_credit(episodes, kept, _logliks(model, tokenizer, rows), cfg)
     o = res.oracle
     supervised = cfg.sero_rows == "supervised"
-    for k, row in enumerate(rows):
-        part = o.of(k)
-        row.weights = [1.0] * len(row.spans) if supervised else [float(w) for w in o.weights[part]]
-        values = [SUPERVISED_ADVANTAGE] * len(row.spans) if supervised else o.weighted[part]
-        for (s, t), a in zip(row.spans, values, strict=True):
-            row.advantages[s:t] = [float(a)] * (t - s)
+    rows = [_credited(row, o, k, supervised) for k, row in enumerate(rows)]
     policy_adv = res.plain.advantages if supervised else res.policy.advantages  # supervised: plain GraphGPO's
     turn_adv, i = [], 0
     for e in episodes:
@@ -149,6 +146,18 @@ def sero_credit(
     metrics.update(res.metrics())
     metrics.update(sero_rows=float(len(rows)), sero_weight_mean=float(np.mean(weights)) if weights else 0.0)
     return SeroResult(turn_adv, rows, metrics)
+
+
+def _credited(row: OracleRow, o: OracleCredit, k: int, supervised: bool) -> OracleRow:
+    """Oracle row `k` with its credit: each action span's advantage (the weighted oracle credit, or
+    `SUPERVISED_ADVANTAGE`) and its reachability weights (1 for supervised rows)."""
+    part = o.of(k)
+    weights = [1.0] * len(row.spans) if supervised else [float(w) for w in o.weights[part]]
+    values = [SUPERVISED_ADVANTAGE] * len(row.spans) if supervised else o.weighted[part]
+    advantages = list(row.advantages)
+    for (s, t), a in zip(row.spans, values, strict=True):
+        advantages[s:t] = [float(a)] * (t - s)
+    return dataclasses.replace(row, advantages=advantages, weights=weights)
 
 
 def episode_credit(
@@ -174,7 +183,7 @@ def episode_credit(
 
 def _oracle_row(tokenizer: PreTrainedTokenizerBase, e: Episode, outcome: ContinuationOutcome) -> OracleRow:
     """The episode's ids up to the root (flag 0), then the oracle's actions (flag 1) and observations (flag 0);
-    advantages 0 until `sero_credit` fills in each action's weighted credit."""
+    advantages 0 (`sero_credit` returns the credited copy, `_credited`)."""
     t = outcome.root.t
     if t < len(e.actions):
         context = e.context[: e.action_start(t)]

@@ -15,8 +15,9 @@ drives the model with it:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from envkit.trainers.local.generation import sample
@@ -27,9 +28,10 @@ if TYPE_CHECKING:
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 
-@dataclass
+@dataclass(frozen=True)
 class Rollout:
-    """One sampled response.
+    """One sampled response, a frozen value: a step's credit is `envkit.trainers.local.contracts.RolloutCredit`,
+    returned by the explorer, not written into the rollouts.
 
     Attributes:
         group: Index of its prompt in the step's batch.
@@ -37,11 +39,10 @@ class Rollout:
         response_ids: Response token ids (EOS included when it came).
         text: Decoded response.
         truncated: No EOS within the token cap.
-        reward: Verifier reward in [0, 1].
+        reward: Verifier reward in [0, 1] (0 until verified: `verify` returns scored copies).
         noisy: EDEN noisy rollout.
         icl: XRPO rollout sampled from an ICL-augmented prompt.
-        weight: Loss weight (EDEN: gamma for kept noisy rows, 0 for dropped ones).
-        advantage: Set by the trainer.
+        logprobs: The response tokens' sampling log-probs, when recorded (``generate_rows(return_logprobs=True)``).
     """
 
     group: int
@@ -52,9 +53,7 @@ class Rollout:
     reward: float = 0.0
     noisy: bool = False
     icl: bool = False
-    weight: float = 1.0
-    advantage: float = 0.0
-    extra: dict[str, Any] = field(default_factory=dict)
+    logprobs: tuple[float, ...] | None = None
 
 
 def generate_rows(
@@ -70,7 +69,7 @@ def generate_rows(
 ) -> list[Rollout]:
     """Sample one response for each (group, prompt ids) row in one `generate` call.
 
-    With `return_logprobs`, each rollout's ``extra["logprobs"]`` holds its tokens' sampling log-probs.
+    With `return_logprobs`, each rollout's `Rollout.logprobs` holds its tokens' sampling log-probs.
     """
     out = sample(
         model,
@@ -82,21 +81,18 @@ def generate_rows(
         seed=seed,
         return_logprobs=return_logprobs,
     )
-    rollouts = [
-        Rollout(group=g, prompt_ids=list(p), response_ids=t, text=decode(tokenizer, t), truncated=tr)
-        for (g, p), t, tr in zip(rows, out.tokens, out.truncated, strict=True)
+    logprobs: Sequence[Sequence[float] | None] = out.logprobs if out.logprobs is not None else [None] * len(rows)
+    rows_out = zip(rows, out.tokens, out.truncated, logprobs, strict=True)
+    return [
+        Rollout(g, list(p), t, decode(tokenizer, t), tr, logprobs=None if lp is None else tuple(lp))
+        for (g, p), t, tr, lp in rows_out
     ]
-    if out.logprobs is not None:
-        for r, lp in zip(rollouts, out.logprobs, strict=True):
-            r.extra["logprobs"] = lp
-    return rollouts
 
 
-def verify(task: ProblemSource, problems: Sequence[Problem], rollouts: Sequence[Rollout]) -> None:
-    """Set each rollout's reward with the task's verifier (one batch call)."""
+def verify(task: ProblemSource, problems: Sequence[Problem], rollouts: Sequence[Rollout]) -> list[Rollout]:
+    """The rollouts with their rewards from the task's verifier (one batch call)."""
     rewards = task.score([problems[r.group] for r in rollouts], [r.text for r in rollouts])
-    for r, reward in zip(rollouts, rewards, strict=True):
-        r.reward = float(reward)
+    return [dataclasses.replace(r, reward=float(reward)) for r, reward in zip(rollouts, rewards, strict=True)]
 
 
 def collect_plain(
@@ -116,5 +112,4 @@ def collect_plain(
     rollouts = generate_rows(
         model, tokenizer, rows, [temperature] * len(rows), max_new_tokens=max_new_tokens, seed=seed
     )
-    verify(task, problems, rollouts)
-    return rollouts
+    return verify(task, problems, rollouts)

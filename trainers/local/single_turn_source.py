@@ -2,9 +2,10 @@
 
 `SingleTurnSource.collect` samples the step's problems (seeded by (run seed, step)) and lets its explorer
 (`SingleTurnExplorer`: plain groups, EDEN or XRPO) sample and verify the rollouts; `advantages` computes the
-group advantages under ``TrainConfig.estimator`` (`envkit.credit.advantages`), lets the explorer post-process them
-(EDEN's absorb, XRPO's sharpening) and builds the `TrainBatch`: one row per kept rollout, every response token
-carrying its rollout's advantage.
+group advantages under ``TrainConfig.estimator`` (`envkit.credit.advantages`), hands them to the explorer, whose
+`envkit.trainers.local.contracts.RolloutCredit` (EDEN's absorb and top-p selection, XRPO's sharpening) is a new
+value (the frozen `Rollout` values are not changed), and builds the `TrainBatch`: one row per rollout the credit
+keeps, every response token carrying its rollout's advantage.
 """
 
 from __future__ import annotations
@@ -64,17 +65,21 @@ class SingleTurnSource:
         rewards = np.array([r.reward for r in rollouts], dtype=np.float64)
         groups = np.array([r.group for r in rollouts])
         adv = group_advantages(rewards, groups, self.run.estimator)
-        for r, a in zip(rollouts, adv.tolist(), strict=True):
-            r.advantage = a
         metrics: dict[str, Any] = {"zero_adv_fraction": zero_advantage_fraction(adv, groups)}
-        metrics.update(self.explorer.postprocess(step, samples.problems, rollouts))
-        kept = [r for r in rollouts if r.weight > 0]
+        credit = self.explorer.postprocess(step, samples.problems, rollouts, tuple(adv.tolist()))
+        if len(credit.advantages) != len(rollouts):
+            raise RuntimeError(
+                f"{type(self.explorer).__name__}.postprocess credited {len(credit.advantages)} rollouts of "
+                f"{len(rollouts)}; an explorer returns one advantage per rollout"
+            )
+        metrics.update(credit.metrics)
+        kept = [(r, a) for i, (r, a) in enumerate(zip(rollouts, credit.advantages, strict=True)) if credit.keeps(i)]
         batch = TrainBatch(
-            prompts=[r.prompt_ids for r in kept],
-            responses=[r.response_ids for r in kept],
-            advantages=[[r.advantage] * len(r.response_ids) for r in kept],
-            loss_flags=[[1] * len(r.response_ids) for r in kept],
-            weights=[r.weight for r in kept],
+            prompts=[r.prompt_ids for r, _ in kept],
+            responses=[r.response_ids for r, _ in kept],
+            advantages=[[a] * len(r.response_ids) for r, a in kept],
+            loss_flags=[[1] * len(r.response_ids) for r, _ in kept],
+            weights=[1.0] * len(kept),
         )
         metrics.update(
             reward_mean=float(rewards.mean()),

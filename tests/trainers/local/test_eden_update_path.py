@@ -17,7 +17,7 @@ import envkit.trainers.local.update as update_mod  # noqa: E402
 from envkit.credit.advantages import group_advantages  # noqa: E402
 from envkit.runtime.models import ModelConfig  # noqa: E402
 from envkit.trainers.explorers.eden import EdenBankConfig  # noqa: E402
-from envkit.trainers.local.contracts import Budget  # noqa: E402
+from envkit.trainers.local.contracts import Budget, RolloutCredit  # noqa: E402
 from envkit.trainers.local.prompt_encoding import encode_prompt  # noqa: E402
 from envkit.trainers.local.trainer import LocalTrainer, TrainConfig  # noqa: E402
 from envkit.trainers.local.update import LossConfig  # noqa: E402
@@ -38,22 +38,21 @@ def _trainer(tmp_path, **kw) -> LocalTrainer:
     return LocalTrainer(cfg)
 
 
-def _collect(trainer: LocalTrainer, step: int, seed: int) -> tuple[list, list, list]:
-    """The step's prompts, its EDEN rollouts after postprocess, and their raw GRPO advantages (the same rollouts
-    the trainer's step collects: every step's randomness derives from (seed, step))."""
+def _collect(trainer: LocalTrainer, step: int, seed: int) -> tuple[list, list, list, RolloutCredit]:
+    """The step's prompts, its EDEN rollouts, their raw GRPO advantages and EDEN's credit of them (the same
+    rollouts the trainer's step collects: every step's randomness derives from (seed, step))."""
     cfg = trainer.cfg
     problems = trainer.task.sample(np.random.default_rng([cfg.seed, step]), cfg.prompts_per_step)
     prompts = [encode_prompt(trainer.tok, p.prompt, raw=True) for p in problems]
     rolls = trainer.explorer.collect(step, problems, prompts, Budget.of(cfg), seed=seed)
     raw = group_advantages(np.array([r.reward for r in rolls]), np.array([r.group for r in rolls]), "grpo")
-    for r, a in zip(rolls, raw.tolist(), strict=True):
-        r.advantage = a
-    trainer.explorer.postprocess(step, problems, rolls)
-    return prompts, rolls, raw.tolist()
+    credit = trainer.explorer.postprocess(step, problems, rolls, tuple(raw.tolist()))
+    return prompts, rolls, raw.tolist(), credit
 
 
 def _kept_rows(trainer: LocalTrainer, step: int, seed: int) -> list:
-    return [r for r in _collect(trainer, step, seed)[1] if r.weight > 0]
+    _, rolls, _, credit = _collect(trainer, step, seed)
+    return [r for i, r in enumerate(rolls) if credit.keeps(i)]
 
 
 @pytest.mark.slow  # ~3.5 s: a 40-step warm-up so that some groups have successes
@@ -62,17 +61,18 @@ def test_kept_rows_carry_their_own_advantage_and_dropped_rows_leave_the_batch(tm
     step, seed = 1, 11
     batch, metrics = trainer.source.batch(step, seed)
     # Re-collect the same rollouts to see every row.
-    prompts, rolls, raw = _collect(trainer, step, seed)
-    kept = [(r, a) for r, a in zip(rolls, raw, strict=True) if r.weight > 0]
+    prompts, rolls, raw, credit = _collect(trainer, step, seed)
+    kept = [(j, r, a) for j, (r, a) in enumerate(zip(rolls, raw, strict=True)) if credit.keeps(j)]
     assert len(batch) == len(kept) == metrics["rows_in_loss"] == 4 * 2 + 4  # all standard + half the noisy
-    for i, (r, a) in enumerate(kept):
+    for i, (j, r, a) in enumerate(kept):
         assert batch.prompts[i] == prompts[r.group]  # the CLEAN prompt, no extra position
         assert batch.responses[i] == r.response_ids
         expected = EDEN.gamma * a if r.noisy else a
+        assert credit.advantages[j] == pytest.approx(expected)
         assert batch.advantages[i] == pytest.approx([expected] * len(r.response_ids))
         assert batch.weights[i] == 1.0  # gamma is in the advantage, not applied twice
-    assert sum(r.noisy for r, _ in kept) == 4
-    assert any(a != 0 for r, a in kept if r.noisy) and any(a != 0 for r, a in kept if not r.noisy)
+    assert sum(r.noisy for _, r, _ in kept) == 4
+    assert any(a != 0 for _, r, a in kept if r.noisy) and any(a != 0 for _, r, a in kept if not r.noisy)
 
 
 def test_first_epoch_ratio_is_one_for_clean_and_noisy_rows(tmp_path, monkeypatch):

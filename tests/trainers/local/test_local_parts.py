@@ -13,11 +13,13 @@ pytest.importorskip("transformers")
 from envkit.runtime.models import ModelConfig, load_model  # noqa: E402
 from envkit.trainers.explorers.eden import EdenBankConfig  # noqa: E402
 from envkit.trainers.explorers.xrpo import XrpoConfig  # noqa: E402
-from envkit.trainers.local.contracts import Budget  # noqa: E402
+from envkit.trainers.local.contracts import Budget, RolloutCredit  # noqa: E402
 from envkit.trainers.local.explorers.eden import EdenDriver  # noqa: E402
+from envkit.trainers.local.explorers.plain import PlainGroups  # noqa: E402
 from envkit.trainers.local.explorers.xrpo import XrpoDriver  # noqa: E402
 from envkit.trainers.local.generation import batch_sequences, sample, score  # noqa: E402
 from envkit.trainers.local.prompt_encoding import encode_prompt  # noqa: E402
+from envkit.trainers.local.single_turn_source import SingleTurnSource  # noqa: E402
 from envkit.trainers.local.tasks import ArithmeticTask  # noqa: E402
 from envkit.trainers.local.trainer import TrainConfig  # noqa: E402
 from envkit.trainers.local.update import LossConfig, TrainBatch, update  # noqa: E402
@@ -164,15 +166,20 @@ def test_eden_rollouts_keep_clean_prompts_and_mark_noisy_rows(arith):
     assert [r.noisy for r in out] == [False, False, False, True] * 3
     # The loss sees the CLEAN prompt ids: no extra position anywhere.
     assert all(r.prompt_ids == prompts[r.group] for r in out)
-    for r, a in zip(out, np.linspace(-1, 1, len(out))):
-        r.advantage = float(a)
-    for r in out:
-        r.reward = float(r.group == 0 and r.noisy)
-    stats = driver.postprocess(1, problems, out)
+    out = [dataclasses.replace(r, reward=float(r.group == 0 and r.noisy)) for r in out]
+    credit = driver.postprocess(1, problems, out, tuple(np.linspace(-1, 1, len(out)).tolist()))
+    stats = credit.metrics
     assert {"eden_noisy_kept_share", "eden_noisy_success_rate"} <= set(stats)
     assert stats["eden_noisy_success_rate"] == pytest.approx(1 / 3)
-    dropped = [r for r in out if r.weight == 0]
+    assert credit.in_loss is not None and len(credit.advantages) == len(out)
+    dropped = [r for i, r in enumerate(out) if not credit.keeps(i)]
+    assert dropped
     assert all(r.noisy for r in dropped)
+    # The credit is a value of its own: the rollouts are frozen and keep their sampled fields.
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        out[0].reward = 1.0  # type: ignore[misc]
+    with pytest.raises(ValueError, match="in_loss flags for 12 rollouts"):
+        RolloutCredit(credit.advantages, in_loss=(True,))
 
 
 def test_xrpo_keeps_the_budget_and_seeds_all_fail_prompts_with_icl(arith):
@@ -195,7 +202,7 @@ def test_xrpo_keeps_the_budget_and_seeds_all_fail_prompts_with_icl(arith):
         assert len(r.prompt_ids) > len(prompts[r.group])
         assert r.prompt_ids[-len(prompts[r.group]) + 1 :] == prompts[r.group][1:]
         assert tok.eos_token_id in r.prompt_ids
-    stats = driver.postprocess(2, problems, out)
+    stats = driver.postprocess(2, problems, out, tuple([0.0] * len(out))).metrics
     assert stats["xrpo_icl_share"] == pytest.approx(0.5)
     assert stats["xrpo_rollouts_mean"] == 4 and stats["xrpo_phases"] >= 2
     assert sum(stats["xrpo_rollout_counts"]) == 12 and min(stats["xrpo_rollout_counts"]) >= 2
@@ -308,3 +315,29 @@ def test_update_policy_and_oracle_gradient_norms(arith):
     with pytest.raises(ValueError, match="one per row"):
         update(model, torch.optim.SGD(model.parameters(), lr=0.0), dataclasses.replace(base, oracle=[True]),
                LossConfig(), tok.pad_token_id)  # fmt: skip
+
+
+def test_single_turn_batch_rows_follow_the_explorers_credit_and_a_short_credit_is_refused(arith):
+    """`SingleTurnSource.advantages` builds its rows from the `RolloutCredit` the explorer returns (its advantages,
+    its in_loss), and refuses a credit that does not give one advantage per rollout."""
+    model, tok = arith
+    task = ArithmeticTask(digits=1)
+
+    class HalfKept(PlainGroups):  # an explorer of this test: keeps every other rollout at advantage 0.5 * index
+        def postprocess(self, step, problems, rollouts, advantages):
+            n = len(rollouts) if self.run.seed == 0 else len(rollouts) - 1
+            return RolloutCredit(tuple(0.5 * i for i in range(n)), {"x": 1.0}, tuple(i % 2 == 0 for i in range(n)))
+
+    run = _cfg()
+    source = SingleTurnSource(run, tok, task, HalfKept(run, model, tok, task))
+    samples = source.collect(1, seed=3)
+    batch, metrics = source.advantages(1, samples)
+    assert metrics["x"] == 1.0 and metrics["rows_in_loss"] == len(batch) == 6
+    kept = samples.rollouts[::2]
+    assert batch.responses == [r.response_ids for r in kept]
+    assert batch.advantages == [[0.5 * i] * len(r.response_ids) for i, r in zip(range(0, 12, 2), kept)]
+    assert batch.weights == [1.0] * 6
+    run = dataclasses.replace(run, seed=1)
+    short = SingleTurnSource(run, tok, task, HalfKept(run, model, tok, task))
+    with pytest.raises(RuntimeError, match="credited 11 rollouts of 12; an explorer returns one advantage"):
+        short.advantages(1, short.collect(1, seed=3))

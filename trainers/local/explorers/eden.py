@@ -1,8 +1,9 @@
 """EDEN in the local trainer, both forms: `EdenDriver` (single-turn) and `AgentEdenDriver` (agent envs).
 
-Both run the model with the maths of `envkit.trainers.explorers.eden` and keep the run's budget: per prompt (task)
-``TrainConfig.group_size`` rollouts (episodes), the last ``n_noisy`` noisy. Both select their anchor bank once at
-start with `AnchorSelection.select_bank` and save it in checkpoints (``state_dict``).
+Both run the model with the maths of `envkit.trainers.explorers.eden` (noisy rows: `eden_noise`; credit:
+`eden_credit`) and keep the run's budget: per prompt (task) ``TrainConfig.group_size`` rollouts (episodes), the last
+``n_noisy`` noisy. Both select their anchor bank once at start with `AnchorSelection.select_bank` and save it in
+checkpoints (``state_dict``).
 
 Single-turn (`EdenDriver`): the anchor bank is selected once at start from the model's own input-embedding table with
 `envkit.trainers.explorers.eden.build_anchor_bank` (scored by noisy rollouts on ``n_selection_prompts`` training
@@ -40,17 +41,22 @@ import torch
 
 from envkit.credit.advantages import ESTIMATORS  # the episode-level estimators
 from envkit.trainers.explorers.anchors import AnchorBank, anchor_score, candidate_tokens, decoded_vocab
-from envkit.trainers.explorers.eden import (
-    EdenBankConfig,
+from envkit.trainers.explorers.eden_config import EdenBankConfig
+from envkit.trainers.explorers.eden_credit import eden_advantages, eden_turn_credit
+from envkit.trainers.explorers.eden_noise import (
     build_anchor_bank,
     draw_noisy_rows,
-    eden_advantages,
-    eden_turn_credit,
     noisy_mask,
     perturb,
     row_temperatures,
 )
-from envkit.trainers.local.contracts import AgentExplorer, Budget, EpisodeCredit, SingleTurnExplorer
+from envkit.trainers.local.contracts import (
+    AgentExplorer,
+    Budget,
+    EpisodeCredit,
+    RolloutCredit,
+    SingleTurnExplorer,
+)
 from envkit.trainers.local.multi_turn import AgentConfig, Episode, EpisodeSpec, play_specs
 from envkit.trainers.local.prompt_encoding import encode_prompt
 from envkit.trainers.local.single_turn import Rollout, generate_rows
@@ -190,20 +196,24 @@ class EdenDriver(AnchorSelection, SingleTurnExplorer):
             extra_rows=extra,
         )  # fmt: skip
         checks = self.task.check([problems[r.group] for r in out], [r.text for r in out])
-        for r, (reward, _), noisy in zip(out, checks, mask.tolist(), strict=True):
-            r.reward, r.noisy = reward, bool(noisy)
-        return out
+        return [
+            dataclasses.replace(r, reward=reward, noisy=bool(noisy))
+            for r, (reward, _), noisy in zip(out, checks, mask.tolist(), strict=True)
+        ]
 
-    def postprocess(self, step: int, problems: Sequence[Problem], rollouts: list[Rollout]) -> dict[str, Any]:
+    def postprocess(
+        self, step: int, problems: Sequence[Problem], rollouts: Sequence[Rollout], advantages: Sequence[float]
+    ) -> RolloutCredit:
+        """EDEN's advantages from the rewards (`eden_advantages`: mixed-group normalisation, top-p among noisy
+        rows, gamma; the estimator's `advantages` are recomputed there) and its loss selection."""
         res = eden_advantages(
             [r.reward for r in rollouts], [r.group for r in rollouts], [r.noisy for r in rollouts], self.cfg,
             estimator=self.run.estimator,
         )  # fmt: skip
-        for r, a, keep in zip(rollouts, res.advantages.tolist(), res.loss_mask.tolist(), strict=True):
-            r.advantage, r.weight = a, 1.0 if keep else 0.0
         stats: dict[str, Any] = {k: v for k, v in res.stats.items() if k != "zero_adv_fraction"}
         stats["eden_bank_relaxed"] = int(self.relaxed)
-        return stats
+        keep = tuple(bool(k) for k in res.loss_mask.tolist())
+        return RolloutCredit(tuple(res.advantages.tolist()), stats, keep)
 
 
 class AgentEdenDriver(AnchorSelection, AgentExplorer):

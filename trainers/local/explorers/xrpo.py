@@ -28,6 +28,7 @@ episode of the step.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +36,13 @@ import numpy as np
 
 from envkit.credit.advantages import ESTIMATORS  # the episode-level estimators
 from envkit.trainers.explorers.xrpo import IclCorpus, XrpoConfig, XrpoPlanner, sharpen
-from envkit.trainers.local.contracts import AgentExplorer, Budget, EpisodeCredit, SingleTurnExplorer
+from envkit.trainers.local.contracts import (
+    AgentExplorer,
+    Budget,
+    EpisodeCredit,
+    RolloutCredit,
+    SingleTurnExplorer,
+)
 from envkit.trainers.local.multi_turn import AgentConfig, Episode, EpisodeSpec, play_specs
 from envkit.trainers.local.prompt_encoding import encode_prompt
 from envkit.trainers.local.single_turn import Rollout, generate_rows
@@ -102,34 +109,40 @@ class XrpoDriver(SingleTurnExplorer):
             )  # fmt: skip
             rewards = self.task.score([problems[r.group] for r in new], [r.text for r in new])
             per_prompt: list[list[float]] = [[] for _ in prompts]
+            scored = []
             for r, reward in zip(new, rewards, strict=True):
-                r.reward, r.icl = reward, bool(icl[r.group])
+                seeded_row = bool(icl[r.group])
                 per_prompt[r.group].append(reward)
-                if r.icl and self.cfg.icl_loss_prompt == "clean":
-                    r.prompt_ids = list(prompts[r.group])  # sampled with the prefix, learned without it
+                # An ICL row sampled with the prefix is learned without it under icl_loss_prompt="clean".
+                clean = seeded_row and self.cfg.icl_loss_prompt == "clean"
+                loss_prompt = list(prompts[r.group]) if clean else r.prompt_ids
+                scored.append(dataclasses.replace(r, reward=reward, icl=seeded_row, prompt_ids=loss_prompt))
             planner.observe(per_prompt)
-            out += new
+            out += scored
             phase += 1
         self._stats = {**planner.stats(), "xrpo_rollout_counts": planner.counts.tolist()}  # JSONL only (a list)
         return out
 
-    def postprocess(self, step: int, problems: Sequence[Problem], rollouts: list[Rollout]) -> dict[str, Any]:
+    def postprocess(
+        self, step: int, problems: Sequence[Problem], rollouts: Sequence[Rollout], advantages: Sequence[float]
+    ) -> RolloutCredit:
+        """Sharpening of correct rollouts (with their sampling log-probs), corpus growth, the ``xrpo_*`` metrics."""
         thr = self.cfg.success_threshold
         correct = np.array([r.reward > thr for r in rollouts])
+        out = tuple(advantages)
         if self.cfg.sharpen:
-            mean_lp = [float(np.mean(r.extra["logprobs"])) if r.extra.get("logprobs") else 0.0 for r in rollouts]
+            mean_lp = [float(np.mean(r.logprobs)) if r.logprobs else 0.0 for r in rollouts]
             adv = sharpen(
-                [r.advantage for r in rollouts], correct, mean_lp, [r.group for r in rollouts],
+                list(advantages), correct, mean_lp, [r.group for r in rollouts],
                 lambda_n=self.cfg.lambda_n, kappa=self.cfg.kappa,
             )  # fmt: skip
-            for r, a in zip(rollouts, adv.tolist(), strict=True):
-                r.advantage = a
+            out = tuple(adv.tolist())
         added = 0
         for r, ok in zip(rollouts, correct.tolist(), strict=True):
             if ok:
                 p = problems[r.group]
                 added += int(self.corpus.add(p.task_id, p.prompt, r.text.strip()))
-        return {
+        stats = {
             **self._stats,
             "xrpo_icl_share": float(np.mean([r.icl for r in rollouts])),
             "xrpo_icl_success_rate": float(np.mean([r.reward > thr for r in rollouts if r.icl]))
@@ -138,6 +151,7 @@ class XrpoDriver(SingleTurnExplorer):
             "xrpo_corpus_size": len(self.corpus),
             "xrpo_corpus_added": added,
         }
+        return RolloutCredit(out, stats)
 
     def state_dict(self) -> dict[str, Any]:
         return self.corpus.state_dict()
@@ -160,6 +174,7 @@ class AgentXrpoDriver(AgentExplorer):
         model, tokenizer, env_id, run = self.model, self.tok, self.run.task, self.run
         max_new_tokens, temperature, record = run.max_new_tokens, run.temperature, run.agent.sero
         planner = XrpoPlanner(self.cfg, n_prompts=len(seeds), step=step, group_size=budget.group_size)
+        clean = self.cfg.icl_loss_prompt == "clean"  # ICL episodes train on the env's first observation
         episodes: list[Episode] = []
         first_obs: dict[int, str] = {}
         augmented: dict[int, str | None] = {}
@@ -175,7 +190,10 @@ class AgentXrpoDriver(AgentExplorer):
                         aug, used = self.corpus.augment(first_obs[g], exclude=str(seeds[g]))
                         augmented[g] = aug if used else None
                     text = augmented[g]
-                specs += [EpisodeSpec(g, int(played[g]) + k, int(seeds[g]), text) for k in range(int(alloc[g]))]
+                specs += [
+                    EpisodeSpec(g, int(played[g]) + k, int(seeds[g]), text, clean_loss_prompt=clean)
+                    for k in range(int(alloc[g]))
+                ]
                 played[g] += int(alloc[g])
             new = play_specs(
                 model, tokenizer, env_id, specs, self.agent, max_new_tokens=max_new_tokens, temperature=temperature,
@@ -183,10 +201,6 @@ class AgentXrpoDriver(AgentExplorer):
             )  # fmt: skip
             for e in new:
                 first_obs.setdefault(e.group, e.initial_observation)
-                if e.icl and self.cfg.icl_loss_prompt == "clean":
-                    e.loss_prompt_ids = encode_prompt(
-                        tokenizer, e.initial_observation, raw=False, system=self.agent.system
-                    )
             planner.observe([[float(e.success) for e in new if e.group == g] for g in range(len(seeds))])
             episodes += new
             phase += 1
