@@ -30,6 +30,7 @@ import signal
 import stat
 import tempfile
 import threading
+import time
 from pathlib import Path
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -269,18 +270,29 @@ class Cgroups:
         """Paths of the ``cgroup.procs`` files a child writes itself into (encoded, for the fork child)."""
         return [os.path.join(d, "cgroup.procs").encode() for d in dict.fromkeys(self.dirs.values())]
 
-    def kill_all(self) -> None:
-        """SIGKILL whatever is left in the cgroups (a command's strays)."""
-        for d in dict.fromkeys(self.dirs.values()):
-            try:
-                pids = Path(d, "cgroup.procs").read_text().split()
-            except OSError:
-                continue
-            for pid in pids:
+    def kill_all(self, wait_s: float = 5.0) -> None:
+        """SIGKILL whatever is left in the cgroups (a command's strays), until they are empty or ``wait_s`` passed.
+
+        One pass is not enough: a process can fork between the listing and its kill (a fork bomb does), and a killed
+        process stays listed until the scheduler lets it exit (seconds on a loaded machine). So the listing is read
+        again and killed again until nothing is left."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            left = 0
+            for d in dict.fromkeys(self.dirs.values()):
                 try:
-                    os.kill(int(pid), signal.SIGKILL)
-                except (ProcessLookupError, ValueError):
-                    pass
+                    pids = Path(d, "cgroup.procs").read_text().split()
+                except OSError:
+                    continue
+                left += len(pids)
+                for pid in pids:
+                    try:
+                        os.kill(int(pid), signal.SIGKILL)
+                    except (ProcessLookupError, ValueError):
+                        pass
+            if not left or time.monotonic() > deadline:
+                return
+            time.sleep(0.005)
 
     def close(self) -> None:
         self.kill_all()
