@@ -370,7 +370,7 @@ class Background:
     """
 
     def __init__(self, arms: list[str], out: Path, ray_root: Path, timeout: float = 1500.0) -> None:
-        self.arms, self.out, self.log = list(arms), out, out / "background.log"
+        self.arms, self.out, self.ray_root, self.log = list(arms), out, ray_root, out / "background.log"
         out.mkdir(parents=True, exist_ok=True)
         cmd = [sys.executable, str(Path(__file__).resolve()), "--out", str(out), "--timeout", str(timeout)]
         for arm in self.arms:

@@ -297,7 +297,6 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     # Ray's socket paths must stay under 108 bytes: its temp dirs go to a short folder
     ray_root = Path(tempfile.mkdtemp(prefix="ekray", dir="/tmp"))
     _e2e_background = _e2e_script().Background(arms, root / "out", ray_root)
-    _e2e_background.ray_root = ray_root
     print(f"\n[openrlhf e2e] arms {arms} started in the background (pid {_e2e_background.proc.pid}; {root})")
 
 
@@ -315,3 +314,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 def e2e_background() -> Any:
     """The background end-to-end run (`scripts/openrlhf_e2e.Background`), or None when the arms run inline."""
     return _e2e_background
+
+
+@pytest.fixture(scope="session")
+def e2e_script() -> Any:
+    """scripts/openrlhf_e2e.py as a module (`run_arm`, `problems`, `Background`, ...)."""
+    return _e2e_script()

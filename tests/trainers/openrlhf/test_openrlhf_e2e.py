@@ -23,7 +23,6 @@ docs/openrlhf.md, "CPU mode".
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import shutil
 import tempfile
@@ -34,16 +33,6 @@ from typing import Any
 import pytest
 
 pytestmark = [pytest.mark.vllm, pytest.mark.slow, pytest.mark.openrlhf_e2e, pytest.mark.timeout(1800)]
-
-REPO = Path(__file__).resolve().parents[3]
-
-
-def _script() -> Any:
-    spec = importlib.util.spec_from_file_location("openrlhf_e2e", REPO / "scripts" / "openrlhf_e2e.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 class Arms:
@@ -61,7 +50,9 @@ class Arms:
 
 
 @pytest.fixture(scope="module")
-def e2e(tmp_path_factory: pytest.TempPathFactory, openrlhf_imports: Any, e2e_background: Any) -> Iterator[Arms]:
+def e2e(
+    tmp_path_factory: pytest.TempPathFactory, openrlhf_imports: Any, e2e_background: Any, e2e_script: Any
+) -> Iterator[Arms]:
     if not openrlhf_imports.real_vllm:
         pytest.skip("real vLLM not installed (.ci/install.d/35-vllm.sh)")
     out = tmp_path_factory.mktemp("openrlhf_e2e")
@@ -69,7 +60,7 @@ def e2e(tmp_path_factory: pytest.TempPathFactory, openrlhf_imports: Any, e2e_bac
     ray_root = tempfile.mkdtemp(prefix="ekray", dir="/tmp")
     old = os.environ.get("ENVKIT_RAY_TMPDIR_ROOT")
     os.environ["ENVKIT_RAY_TMPDIR_ROOT"] = ray_root
-    yield Arms(_script(), out, e2e_background)
+    yield Arms(e2e_script, out, e2e_background)
     if old is None:
         os.environ.pop("ENVKIT_RAY_TMPDIR_ROOT", None)
     else:
